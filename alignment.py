@@ -1,0 +1,179 @@
+"""Speaker alignment: give every piece of transcript a speaker. Pure Python, no torch.
+
+Inputs are plain data: speaker turns ``Turn(start, end, speaker)`` from the diarization, and
+transcript pieces (chunks or words) with ``(start, end)`` times in seconds, either of which may be
+missing (``None``) as Whisper sometimes leaves them. The rules:
+
+* a piece takes the speaker whose turns overlap it most (summed over that speaker's turns);
+* a piece that overlaps no turn takes the speaker of the nearest turn;
+* with no turns at all (silence, music, diarization off) pieces get no speaker;
+* nothing is ever dropped, and every output time is finite, within ``[0, duration]`` and
+  ``start <= end``.
+
+Lookups go through :class:`SpeakerIndex`, an interval index (sorted starts + running maximum of
+ends), so attributing N pieces against T turns costs O((N + T) log T) plus the overlaps found, not
+O(N * T).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One speaker turn from the diarization."""
+
+    start: float
+    end: float
+    speaker: str
+
+
+@dataclass
+class Piece:
+    """A stretch of transcript (a Whisper chunk or a word) with resolved times."""
+
+    text: str
+    start: float
+    end: float
+    speaker: Optional[str] = None
+
+
+def _finite(x) -> Optional[float]:
+    if x is None:
+        return None
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def clean_turns(turns: Iterable[Turn], duration: Optional[float] = None) -> list[Turn]:
+    """Sorted turns with positive length, clamped to ``[0, duration]``; unsorted, overlapping and
+    degenerate input is fine."""
+    out = []
+    for t in turns:
+        start, end = _finite(t.start), _finite(t.end)
+        if start is None or end is None:
+            continue
+        start, end = max(0.0, start), end
+        if duration is not None:
+            end = min(end, duration)
+        if end > start:
+            out.append(Turn(start, end, t.speaker))
+    out.sort(key=lambda t: (t.start, t.end))
+    return out
+
+
+class SpeakerIndex:
+    """Interval index over speaker turns: overlap and nearest-turn queries in O(log T + k)."""
+
+    def __init__(self, turns: Iterable[Turn]):
+        self.turns = clean_turns(turns)
+        self._starts = [t.start for t in self.turns]
+        # _max_end[i] = max(end of turns[0..i]): lets a query stop scanning backwards early
+        self._max_end: list[float] = []
+        running = -math.inf
+        for t in self.turns:
+            running = max(running, t.end)
+            self._max_end.append(running)
+        # turns sorted by end, for the nearest-turn lookup to the left of a point
+        self._by_end = sorted(self.turns, key=lambda t: t.end)
+        self._ends = [t.end for t in self._by_end]
+
+    def __len__(self) -> int:
+        return len(self.turns)
+
+    def overlaps(self, start: float, end: float) -> dict[str, float]:
+        """Seconds of overlap with ``[start, end]`` per speaker (only speakers that overlap)."""
+        result: dict[str, float] = {}
+        i = bisect.bisect_left(self._starts, end) - 1  # last turn starting before `end`
+        while i >= 0 and self._max_end[i] > start:
+            t = self.turns[i]
+            overlap = min(end, t.end) - max(start, t.start)
+            if overlap > 0:
+                result[t.speaker] = result.get(t.speaker, 0.0) + overlap
+            i -= 1
+        return result
+
+    def nearest(self, start: float, end: float) -> Optional[Turn]:
+        """The turn closest to ``[start, end]`` (gap measured between the nearest edges); ties
+        go to the turn that comes first."""
+        best, best_gap = None, math.inf
+        j = bisect.bisect_right(self._ends, start) - 1  # latest-ending turn ending at/before start
+        if j >= 0:
+            best, best_gap = self._by_end[j], start - self._by_end[j].end
+        k = bisect.bisect_left(self._starts, end)  # first turn starting at/after end
+        if k < len(self.turns) and self.turns[k].start - end < best_gap:
+            best = self.turns[k]
+        return best
+
+    def speaker_at(self, start: float, end: float) -> Optional[str]:
+        """The speaker for a piece spanning ``[start, end]``: largest total overlap, else the
+        nearest turn's, else None when there are no turns. A zero-length piece is looked up as
+        the point it is (the turn that contains it)."""
+        if not self.turns:
+            return None
+        if end <= start:
+            eps = 1e-6
+            start, end = start - eps, start + eps
+        overlaps = self.overlaps(start, end)
+        if overlaps:
+            # max overlap; deterministic tie-break by speaker label
+            return max(sorted(overlaps), key=lambda s: overlaps[s])
+        nearest = self.nearest(start, end)
+        return nearest.speaker if nearest else None
+
+
+def resolve_times(spans: Sequence[tuple[Optional[float], Optional[float]]], duration: float
+                  ) -> list[tuple[float, float]]:
+    """Fill in missing times and clamp: a missing start takes the previous end (0 at first), a
+    missing end takes the next known start (the audio duration at the end); every pair is then
+    clamped to ``[0, duration]``, made non-decreasing across the sequence and ``start <= end``."""
+    duration = max(0.0, _finite(duration) or 0.0)
+    n = len(spans)
+    starts = [_finite(s) for s, _ in spans]
+    ends = [_finite(e) for _, e in spans]
+    # next known start after each index, for missing ends
+    next_start: list[Optional[float]] = [None] * n
+    upcoming = None
+    for i in range(n - 1, -1, -1):
+        next_start[i] = upcoming
+        if starts[i] is not None:
+            upcoming = starts[i]
+    out = []
+    previous_end = 0.0
+    for i in range(n):
+        start = starts[i] if starts[i] is not None else previous_end
+        start = min(max(start, 0.0), duration)
+        start = max(start, out[-1][0]) if out else start  # starts never go backwards
+        end = ends[i]
+        if end is None:
+            end = next_start[i] if next_start[i] is not None else duration
+        end = min(max(end, start), duration)
+        out.append((start, end))
+        previous_end = end
+    return out
+
+
+def assign_speakers(pieces: Sequence[Piece], turns: Iterable[Turn]) -> list[Piece]:
+    """Each piece gets ``speaker_at`` its span; pieces and their order are kept as they are."""
+    index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
+    return [Piece(p.text, p.start, p.end, index.speaker_at(p.start, p.end)) for p in pieces]
+
+
+def merge_by_speaker(pieces: Sequence[Piece]) -> list[Piece]:
+    """Join consecutive pieces of the same speaker into one (text concatenated as Whisper wrote
+    it, start of the first, end of the last)."""
+    merged: list[Piece] = []
+    for p in pieces:
+        if merged and merged[-1].speaker == p.speaker:
+            last = merged[-1]
+            merged[-1] = Piece(last.text + p.text, last.start, max(last.end, p.end), last.speaker)
+        else:
+            merged.append(Piece(p.text, p.start, p.end, p.speaker))
+    return merged

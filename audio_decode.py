@@ -1,0 +1,132 @@
+"""Audio bytes -> 16 kHz mono float32, decoded once and shared by ASR and diarization.
+
+libsndfile (soundfile) reads WAV in any encoding (PCM 8/16/24/32, float, mu-law, A-law), FLAC,
+Ogg Vorbis/Opus and MP3 without ffmpeg. Everything else (m4a/AAC, webm, AMR, ...) and anything
+libsndfile refuses goes through the ``ffmpeg`` command when it is installed. Stereo and
+multi-channel audio is averaged to mono; any sample rate is resampled (polyphase filter). There
+is deliberately no ``sampling_rate`` parameter: the rate comes from the file, so ASR and
+diarization can never disagree about time. No torch import.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from fractions import Fraction
+from typing import Optional
+
+import numpy as np
+
+SAMPLE_RATE = 16_000
+FFMPEG_TIMEOUT_S = 300
+
+
+class AudioDecodeError(ValueError):
+    """The bytes are not audio we can read; the message says why and what is accepted."""
+
+
+ACCEPTED = ("WAV (PCM, float, mu-law, A-law), FLAC, MP3, Ogg Vorbis/Opus; with ffmpeg installed "
+            "also M4A/AAC, WebM, AMR and most other audio containers")
+
+
+def resample(audio: np.ndarray, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarray:
+    """Polyphase resampling (anti-aliased); returns float32."""
+    if orig_sr == target_sr or audio.size == 0:
+        return audio.astype(np.float32, copy=False)
+    from scipy.signal import resample_poly
+
+    ratio = Fraction(target_sr, int(orig_sr)).limit_denominator(1000)
+    out = resample_poly(audio.astype(np.float32, copy=False), ratio.numerator, ratio.denominator,
+                        axis=0)
+    return out.astype(np.float32, copy=False)
+
+
+def _finish(audio: np.ndarray, sr: int) -> np.ndarray:
+    if audio.ndim == 2:
+        audio = audio.mean(axis=1) if audio.shape[1] > 1 else audio[:, 0]
+    audio = np.nan_to_num(audio.astype(np.float32, copy=False), nan=0.0, posinf=0.0, neginf=0.0)
+    audio = resample(audio, sr)
+    # float WAVs may hold values far outside [-1, 1]; keep the waveform in range
+    peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+    if peak > 1.0:
+        audio = audio / peak
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def _decode_soundfile(data: bytes, max_duration_s: Optional[float]) -> Optional[np.ndarray]:
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            sr = f.samplerate
+            if sr <= 0:
+                raise AudioDecodeError(f"the audio header declares an invalid sample rate ({sr})")
+            frames = f.frames
+            if max_duration_s is not None and frames > 0 and frames / sr > max_duration_s:
+                raise AudioDecodeError(
+                    f"audio is {frames / sr:.1f} s long; the limit is {max_duration_s:.0f} s")
+            # never trust the header for allocation: read block by block until the data ends
+            blocks, total = [], 0
+            limit = None if max_duration_s is None else int(math.ceil(max_duration_s * sr)) + 1
+            for block in f.blocks(blocksize=sr * 30, dtype="float32", always_2d=True):
+                blocks.append(block)
+                total += len(block)
+                if limit is not None and total > limit:
+                    raise AudioDecodeError(f"audio is longer than the limit of {max_duration_s:.0f} s")
+    except AudioDecodeError:
+        raise
+    except Exception:  # libsndfile refused the format or the data is damaged: try ffmpeg
+        return None
+    audio = np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)
+    return _finish(audio, sr)
+
+
+def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise AudioDecodeError(
+            f"could not decode the audio: the format is not one libsndfile reads ({ACCEPTED}); "
+            "install ffmpeg on the server to accept M4A/WebM/AMR and other containers")
+    # a temporary file, not a pipe: MP4/M4A keep their index at the end of the file
+    with tempfile.NamedTemporaryFile(suffix=".audio", delete=False) as tmp:
+        tmp.write(data)
+        path = tmp.name
+    try:
+        cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", path, "-map", "0:a:0",
+               "-vn", "-ac", "1", "-ar", str(SAMPLE_RATE), "-f", "f32le"]
+        if max_duration_s is not None:
+            cmd += ["-t", f"{max_duration_s + 1:.3f}"]
+        cmd.append("pipe:1")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=FFMPEG_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise AudioDecodeError(f"decoding the audio took longer than {FFMPEG_TIMEOUT_S} s") from None
+    finally:
+        os.unlink(path)
+    if proc.returncode != 0:
+        reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = reason[-1] if reason else f"ffmpeg exit code {proc.returncode}"
+        reason = reason.replace(path, "<input>")
+        raise AudioDecodeError(f"could not decode the audio ({reason}); accepted: {ACCEPTED}")
+    audio = np.frombuffer(proc.stdout, dtype="<f4")
+    if max_duration_s is not None and audio.size > max_duration_s * SAMPLE_RATE:
+        raise AudioDecodeError(f"audio is longer than the limit of {max_duration_s:.0f} s")
+    return _finish(audio.copy(), SAMPLE_RATE)
+
+
+def decode_audio(data: bytes, max_duration_s: Optional[float] = None) -> np.ndarray:
+    """Decode audio file bytes to 16 kHz mono float32 in [-1, 1].
+
+    Raises :class:`AudioDecodeError` (a ``ValueError``) when the bytes are not decodable audio or
+    the audio is longer than ``max_duration_s``.
+    """
+    if not data:
+        raise AudioDecodeError("no audio: the input is empty")
+    audio = _decode_soundfile(data, max_duration_s)
+    if audio is None:
+        audio = _decode_ffmpeg(data, max_duration_s)
+    return audio

@@ -1,0 +1,216 @@
+"""Every setting and request parameter, typed.
+
+* :class:`ModelSettings` -- what the endpoint loads, read from environment variables when the
+  handler is built (never at import).
+* :class:`InferenceConfig` -- the per-request ``parameters``, validated with messages that say what
+  is wrong and what is allowed. Validation that depends on the loaded models (is there an
+  assistant? is the model English-only?) reads a :class:`ModelCapabilities` passed as context.
+
+No torch import here: this module is pure validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
+DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
+DEFAULT_DIARIZATION_MODEL = "pyannote/speaker-diarization-3.1"
+
+DEFAULT_BATCH_SIZE = 24
+MAX_BATCH_SIZE = 64
+MAX_CHUNK_LENGTH_S = 30.0
+MAX_SPEAKERS = 32
+
+
+class ModelSettings(BaseSettings):
+    """Environment variables (case-insensitive). Every model setting takes a hub id or a local
+    folder; for the diarization a folder holding ``config.yaml`` or the yaml file itself."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, env_ignore_empty=False)
+
+    asr_model: str = Field(DEFAULT_ASR_MODEL, description="Whisper checkpoint (hub id or folder)")
+    assistant_model: Optional[str] = Field(
+        None, description=f"draft model for speculative decoding, e.g. {DOCUMENTED_ASSISTANT_MODEL}")
+    diarization_model: Optional[str] = Field(
+        DEFAULT_DIARIZATION_MODEL, description="pyannote pipeline; empty disables diarization")
+    hf_token: Optional[SecretStr] = Field(None, description="token for gated/private hub models")
+    device: Optional[str] = Field(None, description="'cuda', 'cuda:1', 'cpu'; default: cuda if available")
+    torch_dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(
+        None, description="default: float16 on GPU, float32 on CPU")
+    max_new_tokens: Optional[int] = Field(None, ge=1, le=444,
+                                          description="cap on generated tokens per 30 s window")
+    diarization_telemetry: bool = Field(
+        False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
+
+    @field_validator("asr_model")
+    @classmethod
+    def _asr_required(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("ASR_MODEL must name a Whisper model (hub id or local folder)")
+        return v
+
+    @field_validator("assistant_model", "diarization_model", "device", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v):
+        if isinstance(v, str) and not v.strip():
+            return None
+        return v.strip() if isinstance(v, str) else v
+
+    @field_validator("hf_token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v
+
+    def token(self) -> Optional[str]:
+        return self.hf_token.get_secret_value() if self.hf_token else None
+
+
+@dataclass(frozen=True)
+class ModelCapabilities:
+    """What the loaded models can do; request validation depends on it."""
+
+    has_assistant: bool = False
+    multilingual: bool = True
+    # Whisper language codes the model knows (empty: accept every code Whisper defines)
+    languages: frozenset = field(default_factory=frozenset)
+    has_diarization: bool = True
+
+
+def _whisper_languages() -> tuple[dict[str, str], dict[str, str]]:
+    """(code -> name, name -> code) as Whisper defines them."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+    return LANGUAGES, TO_LANGUAGE_CODE
+
+
+def normalize_language(value: str, capabilities: ModelCapabilities) -> str:
+    """'en', 'English', 'english', '<|en|>' -> 'en'; raises ValueError naming what is allowed."""
+    codes, names = _whisper_languages()
+    key = value.strip().lower()
+    if key.startswith("<|") and key.endswith("|>"):
+        key = key[2:-2]
+    code = key if key in codes else names.get(key)
+    if code is None:
+        raise ValueError(
+            f"unknown language {value!r}: use a Whisper language code or name, e.g. 'en', 'fr', "
+            f"'german' ({len(codes)} languages: {', '.join(sorted(codes))})")
+    if not capabilities.multilingual and code != "en":
+        raise ValueError(f"language {value!r} is not available: the model is English-only, so only "
+                         "'en' (or no language) is accepted")
+    if capabilities.languages and code not in capabilities.languages:
+        raise ValueError(f"language {value!r} is not supported by this model; it knows: "
+                         f"{', '.join(sorted(capabilities.languages))}")
+    return code
+
+
+class InferenceConfig(BaseModel):
+    """Per-request ``parameters``. Unknown names are errors; types are checked strictly."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    task: Literal["transcribe", "translate"] = "transcribe"
+    language: Optional[str] = Field(None, description="Whisper language code or name; None: detect")
+    batch_size: Optional[int] = Field(
+        None, ge=1, le=MAX_BATCH_SIZE,
+        description=f"30 s windows decoded at once; default {DEFAULT_BATCH_SIZE} (1 when assisted)")
+    assisted: bool = Field(False, description="speculative decoding with the assistant model")
+    chunk_length_s: float = Field(MAX_CHUNK_LENGTH_S, gt=0, le=MAX_CHUNK_LENGTH_S)
+    num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> "InferenceConfig":
+        caps: ModelCapabilities = (info.context or {}).get("capabilities") or ModelCapabilities()
+        if self.num_speakers is not None and (self.min_speakers is not None
+                                              or self.max_speakers is not None):
+            raise ValueError("give either num_speakers or min_speakers/max_speakers, not both")
+        if (self.min_speakers is not None and self.max_speakers is not None
+                and self.min_speakers > self.max_speakers):
+            raise ValueError(f"min_speakers ({self.min_speakers}) must not exceed max_speakers "
+                             f"({self.max_speakers})")
+        if self.assisted:
+            if not caps.has_assistant:
+                raise ValueError("assisted=true needs an assistant model: set ASSISTANT_MODEL "
+                                 f"(e.g. {DOCUMENTED_ASSISTANT_MODEL}) when starting the endpoint")
+            if self.batch_size is not None and self.batch_size != 1:
+                raise ValueError(f"assisted decoding runs at batch_size 1; got batch_size="
+                                 f"{self.batch_size} (leave it out or set 1)")
+        if not caps.multilingual and self.task == "translate":
+            raise ValueError("task 'translate' is not available: the model is English-only "
+                             "(use a multilingual Whisper model to translate)")
+        if self.language is not None:
+            code = normalize_language(self.language, caps)
+            object.__setattr__(self, "language", code)
+        return self
+
+    @property
+    def effective_batch_size(self) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        return 1 if self.assisted else DEFAULT_BATCH_SIZE
+
+    @classmethod
+    def from_request(cls, parameters: Any, capabilities: ModelCapabilities) -> "InferenceConfig":
+        """Validate ``data["parameters"]``; raises ValueError with a user-facing message."""
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):
+            raise ValueError(f"'parameters' must be a JSON object, got {type(parameters).__name__}")
+        try:
+            return cls.model_validate(parameters, context={"capabilities": capabilities})
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from None
+
+
+def _allowed(name: str) -> str:
+    f = InferenceConfig.model_fields[name]
+    ann = f.annotation
+    hints = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    args = getattr(ann, "__args__", ())
+    base = next((a for a in (ann, *args) if a in hints), None)
+    text = hints.get(base, "")
+    bounds = []
+    for m in f.metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                bounds.append(f"{sym} {getattr(m, attr)}")
+    if bounds:
+        text += " " + " and ".join(bounds)
+    if getattr(ann, "__origin__", None) is Literal:
+        text = " or ".join(repr(a) for a in ann.__args__)
+    for a in args:
+        if getattr(a, "__origin__", None) is Literal:
+            text = " or ".join(repr(x) for x in a.__args__)
+    return text.strip()
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable sentence per problem, naming the parameter and what is allowed."""
+    known = sorted(InferenceConfig.model_fields)
+    messages = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        kind = err.get("type", "")
+        if kind == "extra_forbidden":
+            import difflib
+
+            close = difflib.get_close_matches(loc, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            messages.append(f"unknown parameter {loc!r}{hint}; allowed parameters: {', '.join(known)}")
+        elif not loc:  # model-level rule
+            msg = err.get("msg", "")
+            messages.append(msg.removeprefix("Value error, "))
+        else:
+            got = err.get("input")
+            messages.append(f"invalid value for {loc!r}: {got!r}; expected {_allowed(loc)}"
+                            if loc in InferenceConfig.model_fields and kind != "value_error"
+                            else f"invalid value for {loc!r}: {err.get('msg', '').removeprefix('Value error, ')}")
+    return "; ".join(messages)

@@ -1,0 +1,61 @@
+"""Inference Endpoints custom handler: who said what, when.
+
+The Endpoints loader imports this file from the repository root and calls
+``EndpointHandler(path)(data)``. This module only orchestrates: load once, validate, decode once,
+transcribe + diarize, align.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+from config import InferenceConfig, ModelSettings
+from diarization_utils import (build_response, configure_pyannote_telemetry, diarize,
+                               load_diarization_pipeline, preprocess_inputs, rename_speakers)
+
+logger = logging.getLogger("handler")
+
+
+class EndpointHandler:
+    def __init__(self, path: str = "", settings: Optional[ModelSettings] = None):
+        # settings come from the environment now, when the endpoint starts -- not at import
+        self.settings = settings or ModelSettings()
+        configure_pyannote_telemetry(self.settings.diarization_telemetry)
+
+        from whisper_asr import WhisperTranscriber, resolve_device
+
+        started = time.perf_counter()
+        self.device, self.dtype = resolve_device(self.settings)
+        self.asr = WhisperTranscriber(self.settings, self.device, self.dtype)
+        self.diarization = None
+        if self.settings.diarization_model:
+            self.diarization = load_diarization_pipeline(
+                self.settings.diarization_model, self.settings.token(), self.device,
+                telemetry=self.settings.diarization_telemetry)
+        self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
+        logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s)",
+                    time.perf_counter() - started, self.settings.asr_model,
+                    self.settings.assistant_model, self.settings.diarization_model, self.device,
+                    str(self.dtype).removeprefix("torch."))
+
+    def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise ValueError("the request must be a JSON object with 'inputs' (base64 audio) and "
+                             "optional 'parameters'")
+        config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
+        audio = preprocess_inputs(data.get("inputs"))
+        duration = len(audio) / 16_000
+        if duration == 0:
+            return build_response("", [], None if self.diarization is None else [], 0.0,
+                                  "en" if not self.capabilities.multilingual else config.language)
+
+        asr = self.asr.transcribe(audio, config)
+        turns = None
+        if self.diarization is not None:
+            result = diarize(self.diarization, audio, num_speakers=config.num_speakers,
+                             min_speakers=config.min_speakers, max_speakers=config.max_speakers)
+            turns = rename_speakers(result.turns)
+        return build_response(asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns,
+                              duration, asr.language)

@@ -1,0 +1,197 @@
+"""Whisper through the transformers ASR pipeline, with an optional speculative-decoding assistant.
+
+Thin model code: loading (hub id or local folder, GPU float16 + SDPA when available, CPU float32
+otherwise) and one call that turns 16 kHz audio into timestamped chunks. Works with transformers
+4.5x (the Inference Endpoints image pins 4.51) and 5.x.
+
+Two measured pitfalls are handled here:
+* transformers 5's ASR pipeline defaults to ``num_beams=5``, which silently disables the assistant
+  and costs time: every call passes ``num_beams=1`` (greedy, like the hub checkpoints' default).
+* a full ``WhisperForConditionalGeneration`` assistant truncated timestamped output, while the same
+  weights loaded decoder-only (``WhisperForCausalLM``, reusing the main model's encoder outputs)
+  were complete, so the assistant is always loaded decoder-only.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from audio_decode import SAMPLE_RATE
+from config import InferenceConfig, ModelCapabilities, ModelSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AsrChunk:
+    text: str
+    start: Optional[float]
+    end: Optional[float]
+
+
+@dataclass
+class AsrResult:
+    text: str
+    chunks: list[AsrChunk]
+    language: Optional[str]
+    timestamps: str = "segment"  # "segment" or "word": what the chunk times come from
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+def dtype_kwarg(dtype) -> dict:
+    """transformers >= 4.56 calls it ``dtype``; older releases only know ``torch_dtype``."""
+    import transformers
+    from packaging.version import Version
+
+    name = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+    return {name: dtype}
+
+
+def resolve_device(settings: ModelSettings):
+    """(torch.device, torch.dtype): GPU + float16 when available, else CPU + float32, unless the
+    settings say otherwise."""
+    import torch
+
+    if settings.device:
+        device = torch.device(settings.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"DEVICE={settings.device} but no CUDA device is available")
+    else:
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if settings.torch_dtype:
+        dtype = getattr(torch, settings.torch_dtype)
+    else:
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+    return device, dtype
+
+
+class WhisperTranscriber:
+    """Loads Whisper (+ assistant) once; :meth:`transcribe` serves one request."""
+
+    def __init__(self, settings: ModelSettings, device, dtype):
+        import transformers
+        from transformers import (AutoProcessor, WhisperForCausalLM, WhisperForConditionalGeneration,
+                                  pipeline)
+
+        token = settings.token()
+        self.device, self.dtype = device, dtype
+        self.max_new_tokens = settings.max_new_tokens
+        self.processor = AutoProcessor.from_pretrained(settings.asr_model, token=token)
+        self.model = WhisperForConditionalGeneration.from_pretrained(
+            settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
+            **dtype_kwarg(dtype)).to(device).eval()
+        gen = self.model.generation_config
+        self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(
+            getattr(gen, "lang_to_id", None))
+        self.languages = frozenset(k.strip("<|>") for k in (getattr(gen, "lang_to_id", None) or {}))
+        self.has_alignment_heads = bool(getattr(gen, "alignment_heads", None))
+
+        self.assistant = None
+        if settings.assistant_model:
+            previous = transformers.logging.get_verbosity()
+            # loading a full Whisper checkpoint decoder-only lists every encoder weight as unused
+            transformers.logging.set_verbosity_error()
+            try:
+                self.assistant = WhisperForCausalLM.from_pretrained(
+                    settings.assistant_model, token=token, attn_implementation="sdpa",
+                    low_cpu_mem_usage=True, **dtype_kwarg(dtype)).to(device).eval()
+            finally:
+                transformers.logging.set_verbosity(previous)
+            if self.assistant.config.vocab_size != self.model.config.vocab_size:
+                raise RuntimeError(
+                    f"ASSISTANT_MODEL {settings.assistant_model} has a vocabulary of "
+                    f"{self.assistant.config.vocab_size} tokens, ASR_MODEL "
+                    f"{settings.asr_model} has {self.model.config.vocab_size}: the assistant must "
+                    "share the main model's tokenizer (e.g. distil-large-v3 for whisper-large-v3)")
+            if self.assistant.config.d_model != self.model.config.d_model:
+                raise RuntimeError(
+                    f"ASSISTANT_MODEL {settings.assistant_model} expects encoder states of size "
+                    f"{self.assistant.config.d_model}, ASR_MODEL has {self.model.config.d_model}: "
+                    "the assistant must be distilled from the main model (same encoder)")
+
+        self.pipe = pipeline(
+            "automatic-speech-recognition", model=self.model, tokenizer=self.processor.tokenizer,
+            feature_extractor=self.processor.feature_extractor, device=device, **dtype_kwarg(dtype))
+
+    def capabilities(self, has_diarization: bool) -> ModelCapabilities:
+        return ModelCapabilities(has_assistant=self.assistant is not None,
+                                 multilingual=self.multilingual,
+                                 languages=self.languages if self.multilingual else frozenset({"en"}),
+                                 has_diarization=has_diarization)
+
+    def generate_kwargs(self, cfg: InferenceConfig) -> dict:
+        kwargs: dict[str, Any] = {"num_beams": 1, "do_sample": False}
+        if self.multilingual:
+            kwargs["task"] = cfg.task
+            if cfg.language:
+                kwargs["language"] = cfg.language
+        if self.max_new_tokens:
+            kwargs["max_new_tokens"] = self.max_new_tokens
+        if cfg.assisted:
+            kwargs["assistant_model"] = self.assistant
+        return kwargs
+
+    def transcribe(self, audio: np.ndarray, cfg: InferenceConfig) -> AsrResult:
+        import torch
+
+        with torch.inference_mode():
+            out = self.pipe(
+                {"raw": audio, "sampling_rate": SAMPLE_RATE},
+                chunk_length_s=cfg.chunk_length_s,
+                batch_size=cfg.effective_batch_size,
+                return_timestamps=True,
+                return_language=self.multilingual,
+                generate_kwargs=self.generate_kwargs(cfg),
+            )
+        chunks = [AsrChunk(c.get("text", ""), *(tuple(c.get("timestamp") or (None, None)) + (None, None))[:2])
+                  for c in out.get("chunks") or []]
+        if not chunks and out.get("text"):
+            chunks = [AsrChunk(out["text"], None, None)]
+        language = self._language(cfg, out.get("chunks") or [])
+        if language is None and self.multilingual:
+            language = self.detect_language(audio)
+        return AsrResult(text=out.get("text", ""), chunks=chunks, language=language)
+
+    def detect_language(self, audio: np.ndarray) -> Optional[str]:
+        """Language of the first 30 s (for transformers releases whose pipeline does not report
+        it)."""
+        import torch
+
+        if not hasattr(self.model, "detect_language"):
+            return None
+        features = self.processor.feature_extractor(
+            audio[: 30 * SAMPLE_RATE], sampling_rate=SAMPLE_RATE, return_tensors="pt").input_features
+        with torch.inference_mode():
+            ids = self.model.detect_language(features.to(self.device, self.dtype))
+        token = self.processor.tokenizer.convert_ids_to_tokens(int(ids.reshape(-1)[0]))
+        code = str(token).strip("<|>")
+        return code if code in self.languages else None
+
+    def _language(self, cfg: InferenceConfig, chunks: list[dict]) -> Optional[str]:
+        if not self.multilingual:
+            return "en"
+        if cfg.language:
+            return cfg.language
+        from config import _whisper_languages
+
+        codes, names = _whisper_languages()
+        seen: dict[str, float] = {}
+        for c in chunks:
+            lang = c.get("language")
+            if not lang:
+                continue
+            code = lang if lang in codes else names.get(str(lang).lower())
+            if code:
+                start, end = (tuple(c.get("timestamp") or (0, 0)) + (0, 0))[:2]
+                seen[code] = seen.get(code, 0.0) + max((end or 0) - (start or 0), 0.01)
+        return max(seen, key=seen.get) if seen else None
