@@ -177,3 +177,84 @@ def merge_by_speaker(pieces: Sequence[Piece]) -> list[Piece]:
         else:
             merged.append(Piece(p.text, p.start, p.end, p.speaker))
     return merged
+
+
+# --------------------------------------------------------------------------- word level
+
+SENTENCE_END = (".", "?", "!", "。", "？", "！", "…")
+
+
+def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool = True
+                    ) -> list[Piece]:
+    """Speaker per word (largest overlap, else nearest turn), then optional smoothing of
+    one-word blips: a single word whose speaker differs from both neighbours, who agree, moves
+    to the neighbours' speaker only when the evidence for its own speaker is weak -- it overlaps
+    that speaker's turns for less than half its duration (or not at all) -- and the word does
+    not end or start a sentence (a real one-word reply such as "Yes." keeps its speaker)."""
+    index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
+    out = assign_speakers(words, index)
+    if not smooth or len(out) < 3 or not len(index):
+        return out
+    for i in range(1, len(out) - 1):
+        prev, word, nxt = out[i - 1], out[i], out[i + 1]
+        if word.speaker == prev.speaker or prev.speaker != nxt.speaker:
+            continue
+        if word.text.strip().endswith(SENTENCE_END) or prev.text.strip().endswith(SENTENCE_END):
+            continue
+        length = max(word.end - word.start, 1e-6)
+        support = index.overlaps(word.start, max(word.end, word.start + 1e-6)).get(word.speaker, 0.0)
+        if support / length < 0.5:
+            out[i] = Piece(word.text, word.start, word.end, prev.speaker)
+    return out
+
+
+@dataclass
+class Segment:
+    """A stretch of one speaker's words inside one Whisper segment."""
+
+    text: str
+    start: float
+    end: float
+    speaker: Optional[str]
+    words: list[Piece]
+
+
+def _char_starts(texts: Sequence[str]) -> list[int]:
+    starts, pos = [], 0
+    for t in texts:
+        starts.append(pos)
+        pos += len(t)
+    return starts
+
+
+def split_segments(segment_texts: Sequence[str], words: Sequence[Piece]) -> list[Segment]:
+    """Group speaker-attributed words back into Whisper's segments, splitting a segment wherever
+    the speaker changes. Words and segments are two cuts of the same text, so each word goes to
+    the segment that holds its first character; words left over (if the texts disagree) join
+    the last segment. Every word lands in exactly one output segment, in order."""
+    seg_starts = _char_starts(segment_texts)
+    word_starts = _char_starts([w.text for w in words])
+    groups: list[list[Piece]] = [[] for _ in segment_texts] or [[]]
+    j = 0
+    for w, offset in zip(words, word_starts):
+        # first non-space character of the word decides (leading spaces belong to the gap)
+        offset += len(w.text) - len(w.text.lstrip())
+        while j + 1 < len(seg_starts) and offset >= seg_starts[j + 1]:
+            j += 1
+        groups[min(j, len(groups) - 1)].append(w)
+    out: list[Segment] = []
+    for group in groups:
+        run: list[Piece] = []
+        for w in group:
+            if run and w.speaker != run[-1].speaker:
+                out.append(_segment(run))
+                run = []
+            run.append(w)
+        if run:
+            out.append(_segment(run))
+    return out
+
+
+def _segment(words: list[Piece]) -> Segment:
+    return Segment("".join(w.text for w in words), words[0].start, max(w.end for w in words),
+                   words[0].speaker, list(words))

@@ -125,6 +125,12 @@ class InferenceConfig(BaseModel):
     num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    return_word_timestamps: bool = Field(False, description="include each chunk's words with times "
+                                                            "(and speakers)")
+    response_format: Literal["json", "verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"] = \
+        Field("json", description="text formats come back as {'format', 'content'}")
+    speaker_names: Optional[list[str]] = Field(
+        None, description="names for the speakers in order of first appearance")
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> "InferenceConfig":
@@ -146,6 +152,10 @@ class InferenceConfig(BaseModel):
         if not caps.multilingual and self.task == "translate":
             raise ValueError("task 'translate' is not available: the model is English-only "
                              "(use a multilingual Whisper model to translate)")
+        if self.speaker_names is not None:
+            from formats import validate_speaker_names
+
+            validate_speaker_names(self.speaker_names)
         if self.language is not None:
             code = normalize_language(self.language, caps)
             object.__setattr__(self, "language", code)

@@ -12,6 +12,7 @@ import time
 from typing import Any, Optional
 
 from config import InferenceConfig, ModelSettings
+from formats import render
 from diarization_utils import (build_response, configure_pyannote_telemetry, diarize,
                                load_diarization_pipeline, preprocess_inputs, rename_speakers)
 
@@ -47,15 +48,30 @@ class EndpointHandler:
         config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
         audio = preprocess_inputs(data.get("inputs"))
         duration = len(audio) / 16_000
+        diarized = self.diarization is not None
         if duration == 0:
-            return build_response("", [], None if self.diarization is None else [], 0.0,
-                                  "en" if not self.capabilities.multilingual else config.language)
+            return self._render(build_response(
+                "", [], [] if diarized else None, 0.0,
+                "en" if not self.capabilities.multilingual else config.language), config)
 
-        asr = self.asr.transcribe(audio, config)
+        # word timestamps drive speaker attribution; without diarization only when asked for
+        asr = self.asr.transcribe(audio, config,
+                                  word_timestamps=diarized or config.return_word_timestamps)
         turns = None
-        if self.diarization is not None:
+        if diarized:
             result = diarize(self.diarization, audio, num_speakers=config.num_speakers,
                              min_speakers=config.min_speakers, max_speakers=config.max_speakers)
-            turns = rename_speakers(result.turns)
-        return build_response(asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns,
-                              duration, asr.language)
+            # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
+            turns = rename_speakers(result.exclusive_turns if result.exclusive_turns is not None
+                                    else result.turns)
+        words = [(w.text, w.start, w.end) for w in asr.words] if asr.words is not None else None
+        return self._render(build_response(
+            asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns, duration, asr.language,
+            words=words, return_words=config.return_word_timestamps), config)
+
+    @staticmethod
+    def _render(response: dict[str, Any], config: InferenceConfig) -> dict[str, Any]:
+        if config.response_format == "json" and not config.speaker_names:
+            return response
+        return render(response, config.response_format, speaker_names=config.speaker_names,
+                      task=config.task)

@@ -36,16 +36,39 @@ class AsrChunk:
 @dataclass
 class AsrResult:
     text: str
-    chunks: list[AsrChunk]
+    chunks: list[AsrChunk]  # Whisper's segments
     language: Optional[str]
-    timestamps: str = "segment"  # "segment" or "word": what the chunk times come from
-    extras: dict[str, Any] = field(default_factory=dict)
+    # word timestamps from the alignment heads (cross-attention DTW); None when not computed
+    words: Optional[list[AsrChunk]] = None
 
 
-def _transformers_major() -> int:
-    import transformers
+def _pipeline_class():
+    """The transformers ASR pipeline, returning Whisper's segments *and* its words from one
+    generation: in word mode the generated tokens still hold the segment timestamps, so the same
+    tokens are post-processed a second time as segments (text decoding only, no model call)."""
+    from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechRecognitionPipeline
 
-    return int(transformers.__version__.split(".")[0])
+    class SegmentsAndWordsPipeline(AutomaticSpeechRecognitionPipeline):
+        def postprocess(self, model_outputs, decoder_kwargs=None, return_timestamps=None,
+                        return_language=None):
+            # postprocess rewrites the per-window dicts (strides, language tokens): give each
+            # pass its own shallow copies
+            result = super().postprocess([dict(o) for o in model_outputs], decoder_kwargs=decoder_kwargs,
+                                         return_timestamps=return_timestamps,
+                                         return_language=return_language)
+            if return_timestamps == "word" and self.type == "seq2seq_whisper":
+                segments = super().postprocess([dict(o) for o in model_outputs],
+                                               decoder_kwargs=decoder_kwargs, return_timestamps=True,
+                                               return_language=return_language)
+                result["segments"] = segments.get("chunks", [])
+            return result
+
+    return SegmentsAndWordsPipeline
+
+
+def _chunk(c: dict) -> AsrChunk:
+    start, end = (tuple(c.get("timestamp") or ()) + (None, None))[:2]
+    return AsrChunk(c.get("text", ""), start, end)
 
 
 def dtype_kwarg(dtype) -> dict:
@@ -121,7 +144,8 @@ class WhisperTranscriber:
 
         self.pipe = pipeline(
             "automatic-speech-recognition", model=self.model, tokenizer=self.processor.tokenizer,
-            feature_extractor=self.processor.feature_extractor, device=device, **dtype_kwarg(dtype))
+            feature_extractor=self.processor.feature_extractor, device=device,
+            pipeline_class=_pipeline_class(), **dtype_kwarg(dtype))
 
     def capabilities(self, has_diarization: bool) -> ModelCapabilities:
         return ModelCapabilities(has_assistant=self.assistant is not None,
@@ -129,42 +153,54 @@ class WhisperTranscriber:
                                  languages=self.languages if self.multilingual else frozenset({"en"}),
                                  has_diarization=has_diarization)
 
-    def generate_kwargs(self, cfg: InferenceConfig) -> dict:
+    def generate_kwargs(self, cfg: InferenceConfig, language: Optional[str] = None) -> dict:
         kwargs: dict[str, Any] = {"num_beams": 1, "do_sample": False}
         if self.multilingual:
             kwargs["task"] = cfg.task
-            if cfg.language:
-                kwargs["language"] = cfg.language
+            if language:
+                kwargs["language"] = language
         if self.max_new_tokens:
             kwargs["max_new_tokens"] = self.max_new_tokens
         if cfg.assisted:
             kwargs["assistant_model"] = self.assistant
         return kwargs
 
-    def transcribe(self, audio: np.ndarray, cfg: InferenceConfig) -> AsrResult:
+    def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False
+                   ) -> AsrResult:
+        """Timestamped segments, and words when ``word_timestamps`` and the model has alignment
+        heads (check :attr:`has_alignment_heads`)."""
         import torch
 
+        words_mode = word_timestamps and self.has_alignment_heads
+        # one language for the whole file, detected on the first 30 s when not given: windows
+        # cannot flip language midway, and the response can report it (the pipeline's own
+        # return_language breaks batched decoding in transformers 5)
+        language = cfg.language
+        if language is None and self.multilingual:
+            language = self.detect_language(audio)
+        # audio that fits one window is decoded whole: chunking it would cut a short file into
+        # overlapping windows whose merge can repeat or lose words at the seams
+        chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE
+        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.effective_batch_size} \
+            if chunked else {}
         with torch.inference_mode():
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
-                chunk_length_s=cfg.chunk_length_s,
-                batch_size=cfg.effective_batch_size,
-                return_timestamps=True,
-                return_language=self.multilingual,
-                generate_kwargs=self.generate_kwargs(cfg),
+                **window,
+                return_timestamps="word" if words_mode else True,
+                generate_kwargs=self.generate_kwargs(cfg, language),
             )
-        chunks = [AsrChunk(c.get("text", ""), *(tuple(c.get("timestamp") or (None, None)) + (None, None))[:2])
-                  for c in out.get("chunks") or []]
+        segments = out.get("segments") if words_mode else out.get("chunks")
+        chunks = [_chunk(c) for c in segments or []]
         if not chunks and out.get("text"):
             chunks = [AsrChunk(out["text"], None, None)]
-        language = self._language(cfg, out.get("chunks") or [])
-        if language is None and self.multilingual:
-            language = self.detect_language(audio)
-        return AsrResult(text=out.get("text", ""), chunks=chunks, language=language)
+        words = [_chunk(c) for c in out.get("chunks") or []] if words_mode else None
+        if not self.multilingual:
+            language = "en"
+        return AsrResult(text=out.get("text", ""), chunks=chunks, language=language, words=words)
 
     def detect_language(self, audio: np.ndarray) -> Optional[str]:
-        """Language of the first 30 s (for transformers releases whose pipeline does not report
-        it)."""
+        """Whisper's language detection on the first 30 s."""
         import torch
 
         if not hasattr(self.model, "detect_language"):
@@ -176,22 +212,3 @@ class WhisperTranscriber:
         token = self.processor.tokenizer.convert_ids_to_tokens(int(ids.reshape(-1)[0]))
         code = str(token).strip("<|>")
         return code if code in self.languages else None
-
-    def _language(self, cfg: InferenceConfig, chunks: list[dict]) -> Optional[str]:
-        if not self.multilingual:
-            return "en"
-        if cfg.language:
-            return cfg.language
-        from config import _whisper_languages
-
-        codes, names = _whisper_languages()
-        seen: dict[str, float] = {}
-        for c in chunks:
-            lang = c.get("language")
-            if not lang:
-                continue
-            code = lang if lang in codes else names.get(str(lang).lower())
-            if code:
-                start, end = (tuple(c.get("timestamp") or (0, 0)) + (0, 0))[:2]
-                seen[code] = seen.get(code, 0.0) + max((end or 0) - (start or 0), 0.01)
-        return max(seen, key=seen.get) if seen else None

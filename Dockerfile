@@ -1,0 +1,46 @@
+# Speaker-attributed speech recognition server: the Inference Endpoints custom-handler contract
+# (POST / and /predict, GET /health, GET /metrics) in a GPU container. See docs/serving.md.
+#
+#   docker build -t speaker-asr .
+#   docker run --gpus all -p 8080:80 -e HF_TOKEN=hf_... speaker-asr
+#
+# The models are downloaded when the container starts (health answers 503 until they are ready);
+# mount a volume on /data to keep them between runs. For an Inference Endpoints "custom container",
+# use port 80 and health route /health.
+
+# CUDA 12.8 + cuDNN 9 runtime, Python and a CUDA build of torch (+ torchaudio). requirements.txt
+# leaves torch to the image, as the Inference Endpoints image does; pyannote.audio 4 needs torch >= 2.8.
+ARG BASE_IMAGE=pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime
+FROM ${BASE_IMAGE}
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HOME=/data/huggingface \
+    PYANNOTE_METRICS_ENABLED=false \
+    HOST=0.0.0.0 \
+    PORT=80
+
+# ffmpeg decodes M4A/AAC, WebM, AMR and the containers libsndfile does not read
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ffmpeg libsndfile1 \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY requirements.txt ./
+# pinning the image's own torch keeps pip from swapping it for another build
+RUN TORCH_VERSION="$(python -c 'import torch; print(torch.__version__.split("+")[0])')" \
+ && python -m pip install -r requirements.txt "torch==${TORCH_VERSION}"
+
+COPY . .
+# fail the build, not the deployment, when an import is broken
+RUN python -c "import server, cli, handler, config, diarization_utils, audio_decode" \
+ && mkdir -p /data
+
+EXPOSE 80
+HEALTHCHECK --interval=30s --timeout=5s --start-period=900s --retries=3 \
+  CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '80'), timeout=4)" || exit 1
+
+CMD ["python", "-m", "cli", "serve"]

@@ -1,0 +1,111 @@
+"""The speaker-attribution algorithms compared, all on the same ASR output and speaker turns.
+
+Each takes the ASR result as plain data -- Whisper's segments ``chunks`` and words ``words`` as
+``(text, start, end)`` (times may be None) -- plus speaker turns (``alignment.Turn``) and the audio
+duration, and returns :class:`metrics.HypToken` s covering *every* token of the ASR output, in ASR
+order, each with the speaker the algorithm gave it, or ``dropped=True`` when the algorithm's
+output leaves it out.
+
+* ``hf_original`` -- (a) the algorithm of the original Hugging Face speaker-diarization handler
+  (``diarization_utils.post_process_segments_and_transcripts`` in insanely-fast-whisper / the HF
+  endpoint template), reproduced as it was: consecutive turns of one speaker are merged, a merged
+  turn ending where the next speaker's turn starts; for each merged turn the not yet used chunk
+  whose end time is nearest the turn's end is found and that chunk and all before it go to the
+  turn's speaker; once the turns run out, the remaining chunks are dropped.
+* ``chunk_overlap`` -- (b) each Whisper segment takes the speaker it overlaps most
+  (``alignment.assign_speakers``; nearest turn when it overlaps none).
+* ``word`` -- (c) ours, word level without smoothing (``alignment.attribute_words(smooth=False)``).
+* ``word_smooth`` -- (d) ours, word level with one-word-blip smoothing (``smooth=True``, what the
+  endpoint does).
+
+For the chunk-level algorithms every word of a chunk (its text split on whitespace) inherits the
+chunk's speaker.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from alignment import Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, resolve_times
+from metrics import HypToken, normalize_word
+
+Span = tuple[str, Optional[float], Optional[float]]
+
+ALGORITHMS = {
+    "hf_original": "(a) original HF handler",
+    "chunk_overlap": "(b) chunk max-overlap",
+    "word": "(c) ours: word-level",
+    "word_smooth": "(d) ours: word-level + smoothing",
+}
+
+
+def _chunk_tokens(chunks: Sequence[Span], speakers: Sequence[Optional[str]],
+                  dropped: Sequence[bool], spans: Sequence[tuple[float, float]]) -> list[HypToken]:
+    out: list[HypToken] = []
+    w = 0
+    for (text, _, _), spk, drop, (start, end) in zip(chunks, speakers, dropped, spans):
+        for word in text.split():
+            for tok in normalize_word(word):
+                out.append(HypToken(tok, spk, start, end, drop, w))
+            w += 1
+    return out
+
+
+def hf_original(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: float
+                ) -> list[HypToken]:
+    segments = sorted(turns, key=lambda t: (t.start, t.end))
+    speakers: list[Optional[str]] = [None] * len(chunks)
+    dropped = [True] * len(chunks)
+    if segments:
+        # merge consecutive turns of one speaker (as the original did: a merged turn ends where
+        # the next speaker starts; the last one at the end of the last turn)
+        merged = []
+        prev = cur = segments[0]
+        for cur in segments[1:]:
+            if cur.speaker != prev.speaker:
+                merged.append((prev.start, cur.start, prev.speaker))
+                prev = cur
+        merged.append((prev.start, cur.end, prev.speaker))
+        ends = np.array([c[2] if c[2] is not None else sys.float_info.max for c in chunks],
+                        dtype=float)
+        first = 0
+        for _, end, speaker in merged:
+            if first >= len(chunks):
+                break
+            upto = first + int(np.argmin(np.abs(ends[first:] - end)))
+            for k in range(first, upto + 1):
+                speakers[k], dropped[k] = speaker, False
+            first = upto + 1
+    spans = resolve_times([(s, e) for _, s, e in chunks], duration)
+    return _chunk_tokens(chunks, speakers, dropped, spans)
+
+
+def chunk_overlap(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: float
+                  ) -> list[HypToken]:
+    spans = resolve_times([(s, e) for _, s, e in chunks], duration)
+    pieces = assign_speakers([Piece(t, s, e) for (t, _, _), (s, e) in zip(chunks, spans)],
+                             SpeakerIndex(turns))
+    return _chunk_tokens(chunks, [p.speaker for p in pieces], [False] * len(pieces), spans)
+
+
+def _word_level(smooth: bool) -> Callable:
+    def run(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
+            ) -> list[HypToken]:
+        spans = resolve_times([(s, e) for _, s, e in words], duration)
+        pieces = attribute_words([Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)],
+                                 SpeakerIndex(turns), smooth=smooth)
+        return [HypToken(tok, p.speaker, p.start, p.end, False, i)
+                for i, p in enumerate(pieces) for tok in normalize_word(p.text)]
+
+    return run
+
+
+RUNNERS = {
+    "hf_original": hf_original,
+    "chunk_overlap": chunk_overlap,
+    "word": _word_level(False),
+    "word_smooth": _word_level(True),
+}

@@ -1,0 +1,45 @@
+"""Output writers: the handler's JSON response -> json, verbose_json, diarized_json, srt, vtt,
+rttm, txt. Pure Python (no torch).
+
+>>> render(response, "srt", speaker_names=["Alice", "Bob"])
+{"format": "srt", "content": "1\\n00:00:00,000 --> 00:00:01,200\\nAlice: Hello there.\\n\\n..."}
+
+JSON formats return a dict; text formats return ``{"format": <name>, "content": <text>}`` so every
+client still gets JSON. ``render`` never changes the response it is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import (diarized_json, json_writer, rttm_writer, srt_writer, txt_writer, verbose_json,
+               vtt_writer)
+from ._common import apply_speaker_names, validate_speaker_names
+
+_WRITERS = {m.NAME: m for m in (json_writer, verbose_json, diarized_json, srt_writer, vtt_writer,
+                                rttm_writer, txt_writer)}
+FORMATS: tuple[str, ...] = tuple(_WRITERS)
+TEXT_FORMATS: tuple[str, ...] = ("srt", "vtt", "rttm", "txt")
+TASKS: tuple[str, ...] = ("transcribe", "translate")
+# media types of the text formats' content, for a server that wants to send it raw
+MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "rttm": "text/plain",
+               "txt": "text/plain", "json": "application/json", "verbose_json": "application/json",
+               "diarized_json": "application/json"}
+
+__all__ = ["FORMATS", "TEXT_FORMATS", "TASKS", "MEDIA_TYPES", "render"]
+
+
+def render(response: dict, fmt: str, *, speaker_names: Optional[list[str]] = None,
+           task: str = "transcribe") -> dict[str, Any]:
+    """The response in format ``fmt``. ``speaker_names`` renames speakers in order of first
+    appearance (the first to speak -> ``speaker_names[0]``, ...; later ones keep their labels).
+    Raises ValueError for an unknown format or task, bad names, or a response that is not a dict."""
+    name = fmt.strip().lower() if isinstance(fmt, str) else None
+    if name not in _WRITERS:
+        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+    if not isinstance(response, dict):
+        raise ValueError(f"the response to render must be a dict, got {type(response).__name__}")
+    names = validate_speaker_names(speaker_names)
+    return _WRITERS[name].render(apply_speaker_names(response, names), task=task)

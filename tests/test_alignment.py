@@ -1,0 +1,161 @@
+"""The pure alignment core, on hand-made turns, chunks and words."""
+
+import math
+
+import pytest
+
+from alignment import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, clean_turns,
+                       merge_by_speaker, resolve_times, split_segments)
+
+A, B, C = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"
+
+
+def turns(*spec):
+    return [Turn(s, e, spk) for s, e, spk in spec]
+
+
+def test_largest_overlap_wins():
+    index = SpeakerIndex(turns((0, 4, A), (4, 10, B)))
+    assert index.speaker_at(1, 5) == A  # 3 s of A, 1 s of B
+    assert index.speaker_at(3, 9) == B
+
+
+def test_overlap_is_summed_per_speaker():
+    # A speaks in two short turns around one longer B turn: 0.8 + 0.8 of A beats 1.2 of B
+    index = SpeakerIndex(turns((0.0, 0.8, A), (0.8, 2.0, B), (2.0, 10.0, A)))
+    assert index.speaker_at(0.0, 2.8) == A
+
+
+def test_gap_takes_nearest_turn():
+    index = SpeakerIndex(turns((0, 2, A), (5, 8, B)))
+    assert index.speaker_at(2.5, 3.0) == A  # 0.5 s after A, 2 s before B
+    assert index.speaker_at(4.0, 4.8) == B  # 0.2 s before B
+
+
+def test_before_first_and_after_last_turn():
+    index = SpeakerIndex(turns((3, 5, A), (5, 7, B)))
+    assert index.speaker_at(0.0, 1.0) == A
+    assert index.speaker_at(20.0, 21.0) == B
+
+
+def test_no_turns_gives_no_speaker():
+    assert SpeakerIndex([]).speaker_at(0, 1) is None
+    out = assign_speakers([Piece("hi", 0, 1)], [])
+    assert [(p.text, p.speaker) for p in out] == [("hi", None)]
+
+
+def test_unsorted_overlapping_and_degenerate_turns():
+    raw = turns((5, 9, B), (0, 6, A), (3, 3, C), (8, 7, C), (float("nan"), 2, C))
+    cleaned = clean_turns(raw)
+    assert [(t.start, t.speaker) for t in cleaned] == [(0, A), (5, B)]
+    index = SpeakerIndex(raw)
+    assert index.speaker_at(5.2, 5.8) in (A, B)  # both overlap equally
+    assert index.speaker_at(6.5, 8.5) == B
+    assert index.speaker_at(0.5, 1.5) == A
+
+
+def test_zero_length_piece_is_a_point_lookup():
+    index = SpeakerIndex(turns((0, 2, A), (2, 4, B)))
+    assert index.speaker_at(3.0, 3.0) == B
+    assert index.speaker_at(1.0, 1.0) == A
+
+
+def test_very_short_turn_wins_its_word():
+    index = SpeakerIndex(turns((0, 5, A), (5.0, 5.25, B), (5.25, 9, A)))
+    assert index.speaker_at(5.02, 5.22) == B
+
+
+def test_index_matches_bruteforce_on_many_turns():
+    import random
+
+    rng = random.Random(0)
+    raw = []
+    t = 0.0
+    for _ in range(400):
+        length = rng.uniform(0.05, 3)
+        raw.append(Turn(t, t + length, rng.choice([A, B, C])))
+        t += length + rng.uniform(-0.5, 1.0)  # gaps and overlaps
+    index = SpeakerIndex(raw)
+    for _ in range(500):
+        s = rng.uniform(-2, t + 2)
+        e = s + rng.uniform(0.01, 4)
+        brute = {}
+        for turn in raw:
+            ov = min(e, turn.end) - max(s, turn.start)
+            if ov > 0:
+                brute[turn.speaker] = brute.get(turn.speaker, 0) + ov
+        got = index.overlaps(s, e)
+        assert got.keys() == brute.keys()
+        for k in got:
+            assert math.isclose(got[k], brute[k], abs_tol=1e-9)
+        if not brute:
+            gaps = [(max(turn.start - e, s - turn.end), turn) for turn in raw]
+            best_gap = min(g for g, _ in gaps)
+            assert index.nearest(s, e).speaker in {turn.speaker for g, turn in gaps
+                                                   if math.isclose(g, best_gap, abs_tol=1e-9)}
+
+
+def test_resolve_times_fills_missing_and_clamps():
+    spans = resolve_times([(None, 2.0), (2.0, None), (5.0, 7.0), (6.5, None)], duration=8.0)
+    assert spans == [(0.0, 2.0), (2.0, 5.0), (5.0, 7.0), (6.5, 8.0)]
+    # beyond the audio, negative, inverted and non-finite values
+    spans = resolve_times([(-1.0, 0.5), (3.0, 1.0), (float("inf"), None), (9.0, 12.0)], duration=10.0)
+    assert spans == [(0.0, 0.5), (3.0, 3.0), (3.0, 9.0), (9.0, 10.0)]
+    for s, e in spans:
+        assert 0 <= s <= e <= 10
+
+
+def test_no_chunk_is_dropped_after_the_last_turn():
+    # the original handler dropped every chunk after the last speaker turn
+    chunks = [Piece(" one", 0, 2), Piece(" two", 2, 4), Piece(" three", 9, 12)]
+    out = assign_speakers(chunks, turns((0, 2, A), (2, 4, B)))
+    assert [p.text for p in out] == [" one", " two", " three"]
+    assert [p.speaker for p in out] == [A, B, B]
+
+
+def test_merge_by_speaker_joins_consecutive_runs():
+    pieces = [Piece(" a", 0, 1, A), Piece(" b", 1, 2, A), Piece(" c", 2, 3, B), Piece(" d", 3, 4, A)]
+    merged = merge_by_speaker(pieces)
+    assert [(p.text, p.start, p.end, p.speaker) for p in merged] == [
+        (" a b", 0, 2, A), (" c", 2, 3, B), (" d", 3, 4, A)]
+
+
+def test_word_level_splits_segment_at_speaker_change():
+    words = [Piece(" Hello", 0.0, 0.4), Piece(" there.", 0.4, 0.9), Piece(" Hi", 1.0, 1.3),
+             Piece(" you.", 1.3, 1.6)]
+    attributed = attribute_words(words, turns((0, 0.95, A), (0.95, 2.0, B)))
+    assert [w.speaker for w in attributed] == [A, A, B, B]
+    # one Whisper segment spans both speakers
+    segs = split_segments([" Hello there. Hi you."], attributed)
+    assert [(s.text, s.speaker, s.start, s.end) for s in segs] == [
+        (" Hello there.", A, 0.0, 0.9), (" Hi you.", B, 1.0, 1.6)]
+
+
+def test_word_straddling_a_boundary_goes_to_larger_share():
+    words = [Piece(" straddle", 1.8, 2.6)]
+    assert attribute_words(words, turns((0, 2.0, A), (2.0, 4.0, B)))[0].speaker == B
+
+
+def test_smoothing_fixes_weak_blips_only():
+    # " the" overlaps no turn; the nearest is B's tiny turn: weak evidence inside A's sentence
+    t = turns((0, 1.0, A), (1.05, 1.1, B), (1.6, 3.0, A))
+    words = [Piece(" on", 0.6, 0.95), Piece(" the", 1.12, 1.5), Piece(" table", 1.6, 2.0)]
+    assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, B, A]
+    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, A]
+    # a one-word reply fully inside its own turn keeps its speaker
+    t2 = turns((0, 1.0, A), (1.0, 1.25, B), (1.25, 3.0, A))
+    reply = [Piece(" are", 0.5, 0.9), Piece(" Yes", 1.0, 1.2), Piece(" you", 1.3, 1.6)]
+    assert [w.speaker for w in attribute_words(reply, t2, smooth=True)] == [A, B, A]
+    # a sentence boundary before the blip keeps it with its speaker even on weak evidence
+    sentence = [Piece(" done.", 0.6, 0.95), Piece(" the", 1.12, 1.5), Piece(" table", 1.6, 2.0)]
+    assert [w.speaker for w in attribute_words(sentence, t, smooth=True)] == [A, B, A]
+
+
+def test_split_segments_keeps_every_word_in_order():
+    words = [Piece(" a", 0, 1, A), Piece(" b", 1, 2, B), Piece(" c", 2, 3, B), Piece(" d", 3, 4, A)]
+    segs = split_segments([" a b", " c d"], words)
+    assert [(s.text, s.speaker) for s in segs] == [(" a", A), (" b", B), (" c", B), (" d", A)]
+    assert "".join(s.text for s in segs) == " a b c d"
+    # texts that disagree (should not happen): nothing is lost, leftovers join the last segment
+    segs = split_segments([" a"], words)
+    assert "".join(s.text for s in segs) == " a b c d"

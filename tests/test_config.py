@@ -1,0 +1,119 @@
+"""Request-parameter validation and settings: every rule with the message a user sees."""
+
+import pytest
+
+from config import DEFAULT_BATCH_SIZE, InferenceConfig, ModelCapabilities, ModelSettings
+
+MULTI = ModelCapabilities(has_assistant=True, multilingual=True)
+NO_ASSISTANT = ModelCapabilities(has_assistant=False, multilingual=True)
+ENGLISH_ONLY = ModelCapabilities(has_assistant=False, multilingual=False, languages=frozenset({"en"}))
+
+
+def check(params, caps=MULTI):
+    return InferenceConfig.from_request(params, caps)
+
+
+def rejects(params, *fragments, caps=MULTI):
+    with pytest.raises(ValueError) as exc:
+        check(params, caps)
+    for f in fragments:
+        assert f in str(exc.value), str(exc.value)
+    return str(exc.value)
+
+
+def test_defaults():
+    cfg = check(None)
+    assert cfg.task == "transcribe" and cfg.language is None and not cfg.assisted
+    assert cfg.effective_batch_size == DEFAULT_BATCH_SIZE and cfg.chunk_length_s == 30
+
+
+def test_unknown_parameter_names_the_typo_and_the_allowed_names():
+    msg = rejects({"num_speaker": 2}, "unknown parameter 'num_speaker'", "did you mean 'num_speakers'")
+    assert "min_speakers" in msg and "language" in msg
+
+
+@pytest.mark.parametrize("params,fragment", [
+    ({"num_speakers": "two"}, "'num_speakers': 'two'; expected an integer"),
+    ({"num_speakers": 2.5}, "'num_speakers'"),
+    ({"num_speakers": True}, "'num_speakers'"),
+    ({"batch_size": "8"}, "'batch_size'"),
+    ({"assisted": "yes"}, "expected true or false"),
+    ({"language": 5}, "'language'"),
+    ({"chunk_length_s": "30"}, "'chunk_length_s'"),
+])
+def test_types_are_checked(params, fragment):
+    rejects(params, fragment)
+
+
+@pytest.mark.parametrize("params,fragment", [
+    ({"num_speakers": 0}, ">= 1"), ({"num_speakers": -2}, ">= 1"), ({"num_speakers": 33}, "<= 32"),
+    ({"min_speakers": 0}, ">= 1"), ({"max_speakers": 100}, "<= 32"),
+    ({"batch_size": 0}, ">= 1"), ({"batch_size": 65}, "<= 64"),
+    ({"chunk_length_s": 0}, "> 0"), ({"chunk_length_s": 31}, "<= 30"),
+    ({"task": "summarize"}, "'transcribe' or 'translate'"),
+])
+def test_bounds(params, fragment):
+    rejects(params, fragment)
+
+
+def test_speaker_count_rules():
+    rejects({"num_speakers": 2, "min_speakers": 1}, "either num_speakers or min_speakers/max_speakers")
+    rejects({"num_speakers": 2, "max_speakers": 3}, "not both")
+    rejects({"min_speakers": 3, "max_speakers": 2}, "min_speakers (3) must not exceed max_speakers (2)")
+    cfg = check({"min_speakers": 2, "max_speakers": 2})
+    assert (cfg.min_speakers, cfg.max_speakers) == (2, 2)
+
+
+def test_assisted_rules():
+    rejects({"assisted": True}, "needs an assistant model", "ASSISTANT_MODEL", caps=NO_ASSISTANT)
+    rejects({"assisted": True, "batch_size": 8}, "batch_size 1", "batch_size=8")
+    assert check({"assisted": True}).effective_batch_size == 1
+    assert check({"assisted": True, "batch_size": 1}).effective_batch_size == 1
+
+
+@pytest.mark.parametrize("given,code", [("en", "en"), ("English", "en"), ("french", "fr"), ("<|de|>", "de"),
+                                        (" ES ", "es")])
+def test_language_names_and_codes(given, code):
+    assert check({"language": given}).language == code
+
+
+def test_unknown_language_lists_the_allowed_codes():
+    msg = rejects({"language": "xx"}, "unknown language 'xx'")
+    assert "'en'" in msg and "fr" in msg
+
+
+def test_english_only_model():
+    assert check({"language": "english"}, ENGLISH_ONLY).language == "en"
+    rejects({"language": "fr"}, "English-only", caps=ENGLISH_ONLY)
+    rejects({"task": "translate"}, "English-only", caps=ENGLISH_ONLY)
+
+
+def test_language_must_be_known_to_the_model():
+    caps = ModelCapabilities(multilingual=True, languages=frozenset({"en", "fr"}))
+    rejects({"language": "yue"}, "not supported by this model", caps=caps)
+
+
+def test_parameters_must_be_an_object():
+    rejects(["num_speakers", 2], "'parameters' must be a JSON object")
+
+
+def test_settings_from_environment(monkeypatch):
+    monkeypatch.setenv("ASR_MODEL", "/models/whisper")
+    monkeypatch.setenv("ASSISTANT_MODEL", "")
+    monkeypatch.setenv("DIARIZATION_MODEL", "")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
+    s = ModelSettings()
+    assert s.asr_model == "/models/whisper"
+    assert s.assistant_model is None and s.diarization_model is None  # empty disables
+    assert s.token() == "hf_secret_value"
+    assert "hf_secret_value" not in repr(s) and "hf_secret_value" not in str(s.model_dump())
+
+
+def test_settings_defaults_are_hub_ids(monkeypatch):
+    for var in ("ASR_MODEL", "ASSISTANT_MODEL", "DIARIZATION_MODEL", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    s = ModelSettings()
+    assert s.asr_model == "openai/whisper-large-v3"
+    assert s.assistant_model is None
+    assert s.diarization_model == "pyannote/speaker-diarization-3.1"
+    assert not s.diarization_telemetry

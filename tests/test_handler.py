@@ -1,0 +1,183 @@
+"""The endpoint handler end to end with tiny random models, loaded through the production
+settings and from_pretrained paths (offline)."""
+
+import base64
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import TINY_MAX_NEW_TOKENS, encode, tiny_settings, tone
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def assert_schema(r: dict, diarized: bool = True):
+    json.dumps(r)  # JSON-serialisable
+    assert set(r) >= {"text", "chunks", "speakers", "language", "duration", "alignment"}
+    assert isinstance(r["text"], str) and isinstance(r["duration"], float)
+    previous = 0.0
+    for c in r["chunks"]:
+        start, end = c["timestamp"]
+        assert 0.0 <= start <= end <= r["duration"] + 1e-6
+        assert start >= previous - 1e-6
+        previous = start
+        assert ("speaker" in c) == diarized
+    if diarized:
+        for s in r["speakers"]:
+            assert set(s) == {"speaker", "text", "timestamp"}
+        # consecutive same-speaker chunks are merged
+        labels = [s["speaker"] for s in r["speakers"]]
+        assert all(a != b for a, b in zip(labels, labels[1:]))
+    else:
+        assert r["speakers"] == []
+    # nothing is lost: the chunks hold the whole transcript
+    assert "".join(c["text"] for c in r["chunks"]).strip() == r["text"].strip()
+
+
+def test_base64_request(handler, speech_like_wav):
+    r = handler({"inputs": b64(speech_like_wav), "parameters": {"num_speakers": 2}})
+    assert_schema(r)
+    assert r["text"].strip(), "the tiny model writes text"
+    assert abs(r["duration"] - 12.0) < 0.01
+    assert r["alignment"] == "word"
+    assert {c["speaker"] for c in r["chunks"]} <= {"SPEAKER_00", "SPEAKER_01", None}
+
+
+def test_every_input_form_gives_the_same_result(handler, speech_like_wav):
+    expected = handler({"inputs": b64(speech_like_wav)})
+    assert handler({"inputs": speech_like_wav}) == expected  # raw bytes (audio/* bodies)
+    assert handler({"inputs": bytearray(speech_like_wav), "parameters": {}}) == expected
+    assert handler({"inputs": "data:audio/wav;base64," + b64(speech_like_wav)}) == expected
+    flac = encode(np.frombuffer(speech_like_wav[44:], "<i2").astype(np.float32) / 32768, fmt="FLAC")
+    assert handler({"inputs": b64(flac)})["text"] == expected["text"]
+
+
+def test_word_timestamps_on_request(handler, speech_like_wav):
+    r = handler({"inputs": b64(speech_like_wav), "parameters": {"return_word_timestamps": True}})
+    assert_schema(r)
+    words = [w for c in r["chunks"] for w in c["words"]]
+    assert words and "".join(w["word"] for w in words) == "".join(c["text"] for c in r["chunks"])
+    for c in r["chunks"]:
+        assert all(w["speaker"] == c["speaker"] for w in c["words"])
+        assert c["timestamp"][0] == c["words"][0]["start"]
+
+
+def test_assisted_equals_plain_greedy(handler, speech_like_wav):
+    plain = handler({"inputs": b64(speech_like_wav), "parameters": {"batch_size": 1}})
+    assisted = handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": True}})
+    assert assisted["text"] == plain["text"] and assisted["chunks"] == plain["chunks"]
+
+
+def test_assistant_is_really_used(handler, speech_like_wav):
+    calls = []
+    hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": True}})
+        assert calls, "assisted=true must run the assistant (num_beams=1, decoder-only assistant)"
+        calls.clear()
+        handler({"inputs": b64(speech_like_wav)})
+        assert not calls, "plain decoding must not run the assistant"
+    finally:
+        hook.remove()
+
+
+def test_long_audio_is_chunked_and_batched(handler):
+    audio = np.concatenate([tone(20.0, freq=200.0), tone(25.0, freq=350.0)])
+    r = handler({"inputs": b64(encode(audio)), "parameters": {"batch_size": 2, "chunk_length_s": 20}})
+    assert_schema(r)
+    assert abs(r["duration"] - 45.0) < 0.01
+
+
+@pytest.mark.parametrize("params,fragment", [
+    ({"num_speaker": 2}, "did you mean 'num_speakers'"),
+    ({"num_speakers": "two"}, "expected an integer"),
+    ({"assisted": True, "batch_size": 4}, "batch_size 1"),
+    ({"language": "klingon"}, "unknown language"),
+    ({"min_speakers": 3, "max_speakers": 2}, "must not exceed"),
+])
+def test_invalid_parameters(handler, speech_like_wav, params, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        handler({"inputs": b64(speech_like_wav), "parameters": params})
+
+
+@pytest.mark.parametrize("data,fragment", [
+    ({"inputs": "!!!"}, "not valid base64"), ({}, "missing 'inputs'"), ({"inputs": ""}, "empty"),
+    ({"inputs": b64(b"just some text, not audio" * 20)}, "could not decode"),
+    (["not", "a", "dict"], "JSON object"),
+])
+def test_invalid_inputs(handler, data, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        handler(data)
+
+
+def test_silence_and_tiny_audio_do_not_crash(handler):
+    for audio in (np.zeros(16000 * 3, np.float32), np.zeros(160, np.float32)):
+        r = handler({"inputs": b64(encode(audio))})
+        assert_schema(r)
+
+
+def test_zero_length_audio(handler):
+    r = handler({"inputs": b64(encode(np.zeros(0, np.float32)))})
+    assert r["text"] == "" and r["chunks"] == [] and r["duration"] == 0.0
+
+
+def test_language_given_is_reported(handler, speech_like_wav):
+    assert handler({"inputs": b64(speech_like_wav), "parameters": {"language": "French"}})["language"] == "fr"
+
+
+def test_handler_from_environment_without_diarization(tiny_models, speech_like_wav, monkeypatch):
+    from handler import EndpointHandler
+
+    monkeypatch.setenv("ASR_MODEL", str(tiny_models["whisper.en"]))
+    monkeypatch.setenv("DIARIZATION_MODEL", "")
+    monkeypatch.setenv("MAX_NEW_TOKENS", str(TINY_MAX_NEW_TOKENS))
+    monkeypatch.delenv("ASSISTANT_MODEL", raising=False)
+    h = EndpointHandler("")
+    r = h({"inputs": b64(speech_like_wav)})
+    assert_schema(r, diarized=False)
+    assert r["language"] == "en" and r["alignment"] == "segment"
+    r = h({"inputs": b64(speech_like_wav), "parameters": {"return_word_timestamps": True}})
+    assert r["alignment"] == "word" and all("speaker" not in w for c in r["chunks"] for w in c["words"])
+    with pytest.raises(ValueError, match="English-only"):
+        h({"inputs": b64(speech_like_wav), "parameters": {"language": "de"}})
+    with pytest.raises(ValueError, match="English-only"):
+        h({"inputs": b64(speech_like_wav), "parameters": {"task": "translate"}})
+    with pytest.raises(ValueError, match="ASSISTANT_MODEL"):
+        h({"inputs": b64(speech_like_wav), "parameters": {"assisted": True}})
+
+
+def test_pyannote_telemetry_is_off(handler):
+    assert os.environ["PYANNOTE_METRICS_ENABLED"] == "false"
+    from pyannote.audio.telemetry.metrics import is_metrics_enabled
+
+    assert not is_metrics_enabled()
+
+
+def test_gated_diarization_model_fails_at_init_with_instructions(tiny_models, monkeypatch):
+    from diarization_utils import load_diarization_pipeline
+
+    secret = "hf_fake_SECRET_token_123"
+    with pytest.raises(RuntimeError) as exc:
+        load_diarization_pipeline("pyannote/speaker-diarization-3.1", secret)
+    msg = str(exc.value)
+    assert "pyannote/speaker-diarization-3.1" in msg and "pyannote/segmentation-3.0" in msg
+    assert "HF_TOKEN" in msg and secret not in msg
+
+
+def test_missing_local_model_folder(tmp_path):
+    from diarization_utils import load_diarization_pipeline
+
+    with pytest.raises(RuntimeError, match="without config.yaml"):
+        load_diarization_pipeline(str(tmp_path), None)
+    with pytest.raises(RuntimeError, match="no such file"):
+        load_diarization_pipeline(str(tmp_path / "nope" / "config.yaml"), None)
+
+
+def test_pipeline_yaml_file_path_is_accepted(tiny_models):
+    from diarization_utils import load_diarization_pipeline
+
+    assert load_diarization_pipeline(str(tiny_models["pyannote"] / "config.yaml"), None) is not None

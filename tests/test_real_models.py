@@ -1,0 +1,100 @@
+"""Real weights (optional): whisper tiny.en/base + the offline pyannote pipeline from
+../shared/real-models (built into $REAL_MODELS_DIR or ~/.cache/real-models). Skipped when absent."""
+
+import base64
+import re
+import sys
+
+import pytest
+
+from conftest import REAL_MODELS, SHARED_AUDIO
+
+pytestmark = pytest.mark.real
+
+PIPELINE = REAL_MODELS / "pyannote-campp-3.1"
+SAMPLE = REAL_MODELS / "audio" / "sample.wav"
+
+
+def need(*paths):
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        pytest.skip(f"real models not built: {', '.join(missing)} (run ../shared/real-models/build.sh)")
+
+
+def words(text):
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
+
+
+def wer(ref, hyp):
+    d = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, d[0] = d[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (r != h))
+    return d[len(hyp)] / max(len(ref), 1)
+
+
+def reference():
+    rows = [line.split(maxsplit=5) for line in (REAL_MODELS / "audio" / "sample.stm").read_text().splitlines()
+            if line.strip()]
+    return [(r[2], float(r[3]), float(r[4]), r[5]) for r in rows]
+
+
+def real_handler(asr, **extra):
+    from config import ModelSettings
+    from handler import EndpointHandler
+
+    if str(PIPELINE) not in sys.path:
+        sys.path.insert(0, str(PIPELINE))  # campp_embedding.py must be importable
+    return EndpointHandler(settings=ModelSettings(asr_model=str(REAL_MODELS / asr),
+                                                  diarization_model=str(PIPELINE), **extra))
+
+
+@pytest.fixture(scope="module")
+def tiny_en():
+    need(REAL_MODELS / "whisper-tiny.en", PIPELINE, SAMPLE)
+    return real_handler("whisper-tiny.en")
+
+
+def test_two_speaker_sample_tiny_en(tiny_en):
+    r = tiny_en({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode(),
+                 "parameters": {"num_speakers": 2, "return_word_timestamps": True}})
+    ref = reference()
+    ref_words = [w for _, _, _, text in ref for w in words(text)]
+    assert wer(ref_words, words(r["text"])) <= 0.25
+    assert {c["speaker"] for c in r["chunks"]} == {"SPEAKER_00", "SPEAKER_01"}
+    assert r["alignment"] == "word" and r["language"] == "en"
+    # speaker attribution: each hypothesis word vs the reference speaker talking at its midpoint,
+    # under the best of the two label mappings
+    pairs = []
+    for c in r["chunks"]:
+        for w in c["words"]:
+            mid = (w["start"] + w["end"]) / 2
+            talking = [spk for spk, s, e, _ in ref if s - 0.2 <= mid <= e + 0.2]
+            if len(set(talking)) == 1:
+                pairs.append((talking[0], w["speaker"]))
+    names = sorted({p[0] for p in pairs})
+    best = max(sum((ref_spk == names[0]) == (hyp == lab) for ref_spk, hyp in pairs)
+               for lab in ("SPEAKER_00", "SPEAKER_01"))
+    assert len(pairs) > 50 and best / len(pairs) >= 0.9
+
+
+def test_seed_clip_8khz_mulaw_transcribes(tiny_en):
+    clip = SHARED_AUDIO / "polyai-minds14-0.wav"
+    if not clip.exists():
+        pytest.skip("../shared/audio not present")
+    r = tiny_en({"inputs": base64.b64encode(clip.read_bytes()).decode()})
+    assert len(words(r["text"])) >= 5 and r["chunks"]
+
+
+def test_multilingual_base_with_language(tmp_path):
+    need(REAL_MODELS / "whisper-base", PIPELINE, SAMPLE)
+    h = real_handler("whisper-base")
+    r = h({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode(),
+           "parameters": {"language": "en", "num_speakers": 2}})
+    ref_words = [w for _, _, _, text in reference() for w in words(text)]
+    # base repeats part of this sample in timestamp mode (also with transformers alone), so its WER
+    # is higher than tiny.en's; measured 0.53 with the repetition
+    assert r["language"] == "en" and wer(ref_words, words(r["text"])) <= 0.6
+    auto = h({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode()})
+    assert auto["language"] == "en"  # detected

@@ -1,0 +1,660 @@
+"""The HTTP server, end to end.
+
+* ``python -m cli serve`` subprocesses with the tiny models, driven by real clients (requests,
+  http.client, huggingface_hub's InferenceClient) on 127.0.0.1: one healthy server for most tests
+  and one whose ASR_MODEL does not exist (it must stay up and answer 503 with the reason).
+* An in-process server (uvicorn in a thread) around fake handlers, for what the real models cannot
+  show deterministically: the exact ``data`` each kind of body becomes, one-at-a-time queueing,
+  the 500 path and the loading states.
+
+The servers get a fake HF_TOKEN; the last test checks that it never shows up in the logs, the
+responses or the health checks.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import requests
+
+from conftest import ROOT, TINY_MAX_NEW_TOKENS, encode, tone
+
+FAKE_TOKEN = "hf_fake_SECRET123"
+MAX_BODY = 2_000_000  # the subprocess server's MAX_BODY_BYTES; every test clip is far smaller
+STARTUP_TIMEOUT_S = 240  # bounded wait for the model to load (seconds; usually ~10)
+REQUEST_TIMEOUT_S = 180
+
+# every body a server sent back, checked for the token at the end
+SEEN_RESPONSES: list[str] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def session() -> requests.Session:
+    s = requests.Session()
+    s.trust_env = False  # no proxy for 127.0.0.1
+    return s
+
+
+HTTP = session()
+
+
+def record(response: requests.Response) -> requests.Response:
+    SEEN_RESPONSES.append(response.text)
+    SEEN_RESPONSES.append(json.dumps(dict(response.headers)))
+    return response
+
+
+class ServerProcess:
+    def __init__(self, name: str, env: dict, log_dir: Path):
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.health_log: list[tuple[int, dict]] = []
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return record(HTTP.get(self.url + path, timeout=kwargs.pop("timeout", 30), **kwargs))
+
+    def post(self, path: str = "/", **kwargs) -> requests.Response:
+        return record(HTTP.post(self.url + path, timeout=kwargs.pop("timeout", REQUEST_TIMEOUT_S), **kwargs))
+
+    def wait_health(self, done, timeout: float = STARTUP_TIMEOUT_S) -> tuple[int, dict]:
+        """Poll /health until ``done(status, body)``; fail if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"{self.name} server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
+            try:
+                r = self.get("/health", timeout=10)
+            except requests.ConnectionError:
+                time.sleep(0.1)
+                continue
+            self.health_log.append((r.status_code, r.json()))
+            if done(r.status_code, r.json()):
+                return r.status_code, r.json()
+            time.sleep(0.2)
+        pytest.fail(f"{self.name} server: no answer in {timeout} s; health: {self.health_log[-3:]}\n"
+                    f"{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def server_env(tiny_models, **overrides) -> dict:
+    env = dict(os.environ)
+    env.update(
+        ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
+        DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+        TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN, MAX_BODY_BYTES=str(MAX_BODY),
+        LOG_LEVEL="info", PYTHONUNBUFFERED="1")
+    env.pop("HOST", None)
+    env.pop("PORT", None)
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_models, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("server-logs")
+    # both start at once: the broken one fails while the healthy one loads
+    main = ServerProcess("main", server_env(tiny_models), logs)
+    broken = ServerProcess("broken", server_env(
+        tiny_models, ASR_MODEL=f"/nonexistent/{FAKE_TOKEN}/whisper", ASSISTANT_MODEL="",
+        DIARIZATION_MODEL=""), logs)
+    try:
+        main.wait_health(lambda status, body: status == 200)
+        yield SimpleNamespace(main=main, broken=broken)
+    finally:
+        main.stop()
+        broken.stop()
+
+
+@pytest.fixture(scope="module")
+def clip() -> bytes:
+    """2 s of a tone as 16-bit WAV: the cheapest request the tiny models answer."""
+    return encode(tone(2.0))
+
+
+@pytest.fixture(scope="module")
+def clip_path(clip, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("audio") / "clip.wav"
+    path.write_bytes(clip)
+    return path
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def check_transcript(body: dict, duration: float) -> None:
+    assert isinstance(body["text"], str)
+    assert body["chunks"], body
+    for chunk in body["chunks"]:
+        start, end = chunk["timestamp"]
+        assert 0.0 <= start <= end <= duration + 0.01, chunk
+    assert isinstance(body["speakers"], list)
+    assert body["duration"] == pytest.approx(duration, abs=0.01)
+
+
+def check_error(r: requests.Response, status: int, *fragments: str) -> str:
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.headers.get("x-request-id")
+    message = r.json()["error"]
+    for fragment in fragments:
+        assert fragment.lower() in message.lower(), message
+    return message
+
+
+# --------------------------------------------------------------------------- healthy server
+
+
+def test_health_is_503_while_loading_then_ok(servers):
+    loading = [body for status, body in servers.main.health_log if status == 503]
+    assert loading, "the server should answer (503) while the model loads"
+    assert loading[0]["status"] == "loading" and "loading" in loading[0]["reason"]
+    for path in ("/health", "/"):
+        r = servers.main.get(path)
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+
+
+def test_json_base64_with_parameters(servers, clip):
+    r = servers.main.post("/", json={"inputs": b64(clip), "parameters": {"language": "en", "num_speakers": 1}},
+                          headers={"X-Request-Id": "json-base64-1"})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-request-id"] == "json-base64-1"  # a caller's id is kept
+    body = r.json()
+    check_transcript(body, 2.0)
+    assert body["language"] == "en"
+
+
+def test_raw_audio_with_query_parameters_while_health_keeps_answering(servers, speech_like_wav):
+    """A 12 s clip (the longest request here) runs on the worker thread; meanwhile /health and
+    /metrics answer promptly and show the request in flight."""
+    result = {}
+
+    def slow_request():
+        result["response"] = record(session().post(  # its own connection pool: another thread
+            servers.main.url + "/?num_speakers=2&language=en", data=speech_like_wav,
+            headers={"Content-Type": "audio/wav"}, timeout=REQUEST_TIMEOUT_S))
+
+    worker = threading.Thread(target=slow_request)
+    worker.start()
+    latencies, saw_in_flight = [], False
+    while worker.is_alive():
+        started = time.perf_counter()
+        r = servers.main.get("/health", timeout=10)
+        latencies.append(time.perf_counter() - started)
+        assert r.status_code == 200
+        metrics = servers.main.get("/metrics", timeout=10).text
+        saw_in_flight |= "asr_requests_in_flight 1" in metrics
+        time.sleep(0.1)
+    worker.join()
+    r = result["response"]
+    assert r.status_code == 200, r.text
+    body = r.json()
+    check_transcript(body, 12.0)
+    assert body["language"] == "en"  # the query string reached the handler, numbers as numbers
+    assert len(latencies) >= 2 and saw_in_flight
+    assert max(latencies) < 5.0, latencies  # lenient: a busy 2-core box
+
+
+def test_raw_audio_without_content_type(servers, clip):
+    prepared = requests.Request("POST", servers.main.url + "/predict", data=clip).prepare()
+    assert "Content-Type" not in prepared.headers
+    r = record(HTTP.send(prepared, timeout=REQUEST_TIMEOUT_S))
+    assert r.status_code == 200, r.text
+    check_transcript(r.json(), 2.0)
+
+
+def test_raw_audio_as_octet_stream(servers, clip):
+    r = servers.main.post("/predict?language=en", data=clip,
+                          headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 200, r.text
+    assert r.json()["language"] == "en"
+
+
+def test_multipart_upload(servers, clip):
+    r = servers.main.post("/", files={"file": ("clip.wav", clip, "audio/wav")},
+                          data={"language": "en", "num_speakers": "1", "model": "whisper-1"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    check_transcript(body, 2.0)
+    assert body["language"] == "en"
+
+
+def test_huggingface_hub_inference_client(servers, clip_path):
+    """InferenceClient refuses every URL, loopback included, while HF_HUB_OFFLINE or
+    TRANSFORMERS_OFFLINE is set (read at import), so it runs in a subprocess without them."""
+    script = textwrap.dedent("""
+        import inspect, json, sys
+        from pathlib import Path
+        from huggingface_hub import InferenceClient
+
+        url, path = sys.argv[1], sys.argv[2]
+        client = InferenceClient(model=url, timeout=180)
+        calls = {
+            "path": lambda: client.automatic_speech_recognition(path),
+            "bytes": lambda: client.automatic_speech_recognition(Path(path).read_bytes()),
+        }
+        # parameters for ASR: only releases whose method has extra_body (0.36 and 2.x do)
+        if "extra_body" in inspect.signature(client.automatic_speech_recognition).parameters:
+            calls["extra_body"] = lambda: client.automatic_speech_recognition(
+                path, extra_body={"language": "en", "num_speakers": 1})
+        out = {}
+        for name, call in calls.items():
+            r = call()
+            out[name] = {"type": type(r).__name__, "text": r.text,
+                         "language": r.get("language") if isinstance(r, dict) else None,
+                         "chunks": [{"text": c.text, "timestamp": list(c.timestamp)} for c in r.chunks or []]}
+        print(json.dumps(out))
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN")}
+    env["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    proc = subprocess.run([sys.executable, "-c", script, servers.main.url, str(clip_path)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, r in out.items():
+        assert r["type"] == "AutomaticSpeechRecognitionOutput", name
+        assert isinstance(r["text"], str) and r["chunks"], (name, r)
+        for chunk in r["chunks"]:
+            start, end = chunk["timestamp"]
+            assert 0.0 <= start <= end <= 2.01, (name, chunk)
+    import huggingface_hub
+    from packaging.version import Version
+
+    if Version(huggingface_hub.__version__) >= Version("0.36"):
+        assert out["extra_body"]["language"] == "en"  # extra_body arrives as "parameters"
+
+
+def test_400_bad_base64(servers):
+    r = servers.main.post("/", json={"inputs": "this is not base64 audio!"})
+    check_error(r, 400, "base64")
+
+
+def test_400_unknown_parameter(servers, clip):
+    r = servers.main.post("/", json={"inputs": b64(clip), "parameters": {"speakers": 2}})
+    check_error(r, 400, "unknown parameter 'speakers'")
+
+
+def test_400_query_value_of_the_wrong_type(servers, clip):
+    r = servers.main.post("/?num_speakers=two", data=clip, headers={"Content-Type": "audio/wav"})
+    check_error(r, 400, "num_speakers")
+
+
+def test_400_json_that_is_not_an_object_or_not_json(servers):
+    check_error(servers.main.post("/", data="[1, 2]", headers={"Content-Type": "application/json"}),
+                400, "must be an object", "array")
+    check_error(servers.main.post("/", data="{inputs:", headers={"Content-Type": "application/json"}),
+                400, "not valid JSON")
+    check_error(servers.main.post("/", json={"audio": "AAAA"}), 400, "no 'inputs'")
+
+
+def test_400_audio_that_does_not_decode(servers):
+    r = servers.main.post("/", data=b"RIFF\x00\x00\x00\x00WAVEgarbage", headers={"Content-Type": "audio/wav"})
+    check_error(r, 400)
+
+
+def test_413_by_content_length_before_reading(servers):
+    conn = http.client.HTTPConnection("127.0.0.1", servers.main.port, timeout=30)
+    try:
+        conn.putrequest("POST", "/")
+        conn.putheader("Content-Type", "audio/wav")
+        conn.putheader("Content-Length", str(MAX_BODY + 1))
+        conn.endheaders()  # no body at all: the server must answer from the header
+        r = conn.getresponse()
+        body = r.read().decode()
+    finally:
+        conn.close()
+    SEEN_RESPONSES.append(body)
+    assert r.status == 413, body
+    assert r.getheader("X-Request-Id")
+    message = json.loads(body)["error"]
+    assert str(MAX_BODY) in message and "MAX_BODY_BYTES" in message
+
+
+def test_413_chunked_body_while_reading(servers):
+    chunk = b"\0" * 65536
+    chunks = MAX_BODY // len(chunk) + 1  # just over the limit
+
+    def body():
+        for _ in range(chunks):
+            yield chunk
+
+    r = servers.main.post("/", data=body(), headers={"Content-Type": "audio/wav"})
+    assert "content-length" not in {k.lower() for k in r.request.headers}
+    check_error(r, 413, "MAX_BODY_BYTES")
+
+
+def test_415_unsupported_media_types(servers):
+    check_error(servers.main.post("/", data="hello", headers={"Content-Type": "text/plain"}),
+                415, "text/plain")
+    check_error(servers.main.post("/", data=b"\x00\x01 not audio",
+                                  headers={"Content-Type": "application/octet-stream"}),
+                415, "not a recognised audio file")
+
+
+def test_404_and_405_are_json(servers):
+    check_error(servers.main.get("/nope"), 404, "no such route")
+    check_error(record(HTTP.put(servers.main.url + "/predict", data=b"x", timeout=30)), 405)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_metrics_after_requests(servers):
+    r = servers.main.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+    m = parse_metrics(r.text)
+    for path, code in (("/", "200"), ("/", "400"), ("/", "413"), ("/", "415"), ("/predict", "200")):
+        assert m[f'asr_http_requests_total{{method="POST",path="{path}",code="{code}"}}'] >= 1, (path, code)
+    assert m['asr_http_requests_total{method="GET",path="/health",code="200"}'] >= 1
+    assert m['asr_http_requests_total{method="GET",path="other",code="404"}'] >= 1
+    assert m["asr_audio_seconds_total"] >= 2.0 * 4 + 12.0  # four 2 s clips and the 12 s one
+    count = m["asr_request_duration_seconds_count"]
+    assert count >= 10 and m['asr_request_duration_seconds_bucket{le="+Inf"}'] == count
+    assert m["asr_request_duration_seconds_sum"] > 0
+    assert m["asr_request_bytes_total"] > 0
+    assert m["asr_queue_depth"] == 0 and m["asr_requests_in_flight"] == 0
+    assert m["asr_inference_running"] == 0
+    assert m["asr_model_ready"] == 1 and m["asr_model_load_seconds"] > 0
+
+
+# --------------------------------------------------------------------------- broken server
+
+
+def test_failed_load_answers_503_with_the_reason_and_stays_up(servers, clip):
+    broken = servers.broken
+    status, body = broken.wait_health(lambda status, body: body.get("status") == "error")
+    assert status == 503
+    reason = body["reason"]
+    assert "failed to load" in reason and "/nonexistent/" in reason, reason
+    assert FAKE_TOKEN not in reason and "<redacted>" in reason  # the path held the token
+    check_error(broken.post("/", data=clip, headers={"Content-Type": "audio/wav"}), 503, "failed to load")
+    for _ in range(5):  # still alive, still answering
+        time.sleep(0.2)
+        assert broken.proc.poll() is None
+        assert broken.get("/health").status_code == 503
+    assert "asr_model_ready 0" in broken.get("/metrics").text
+
+
+# --------------------------------------------------------------------------- in-process, fake handlers
+
+
+@contextmanager
+def inprocess_server(factory, max_body_bytes: int = 1_000_000):
+    import uvicorn
+
+    import server
+
+    app = server.create_app(handler_factory=factory, max_body_bytes=max_body_bytes)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
+                            lifespan="on", log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=15)
+
+
+def wait_until(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail("condition not reached in time")
+
+
+def echo_handler(data):
+    inputs = data.get("inputs")
+    return {"inputs": type(inputs).__name__, "size": len(inputs) if inputs is not None else None,
+            "parameters": data.get("parameters"), "keys": sorted(data), "duration": 1.5}
+
+
+def test_how_each_body_becomes_the_handler_data(clip):
+    with inprocess_server(lambda: echo_handler) as (url, _):
+        wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
+        # JSON: the body's parameters win over the query string's
+        r = HTTP.post(url + "/?language=en&num_speakers=2",
+                      json={"inputs": "QUJD", "parameters": {"num_speakers": 3}})
+        assert r.json()["parameters"] == {"language": "en", "num_speakers": 3}
+        assert r.json()["inputs"] == "str"
+        r = HTTP.post(url + "/?task=translate", json={"inputs": "QUJD"})
+        assert r.json()["parameters"] == {"task": "translate"}
+        # raw audio: query values coerced
+        r = HTTP.post(url + "/predict?a=true&b=False&c=2&d=0.5&e=en&f=-3&g=1e3&h=nan&i=",
+                      data=clip, headers={"Content-Type": "audio/x-wav; codecs=1"})
+        assert r.json() == {"inputs": "bytes", "size": len(clip), "keys": ["inputs", "parameters"],
+                            "parameters": {"a": True, "b": False, "c": 2, "d": 0.5, "e": "en", "f": -3,
+                                           "g": 1000.0, "h": "nan", "i": ""}, "duration": 1.5}
+        # curl --data-binary @file.wav without -H sends application/x-www-form-urlencoded
+        r = HTTP.post(url, data=clip, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 200 and r.json()["size"] == len(clip)
+        # no Content-Type and a JSON object: read as JSON
+        r = HTTP.post(url, data=json.dumps({"inputs": "QUJD"}).encode())
+        assert r.json()["inputs"] == "str"
+        # any audio/* or video/* is passed on (the handler decides whether it decodes)
+        for kind in ("audio/flac", "audio/mpeg", "audio/webm", "audio/x-m4a", "audio/amr", "video/mp4"):
+            assert HTTP.post(url, data=b"xyz", headers={"Content-Type": kind}).status_code == 200, kind
+        # multipart: fields become parameters, 'model' (OpenAI clients) is ignored
+        r = HTTP.post(url + "/?language=fr", files={"file": ("a.wav", clip, "audio/wav")},
+                      data={"language": "en", "num_speakers": "2", "assisted": "true", "model": "whisper-1",
+                            "parameters": json.dumps({"batch_size": 4})})
+        assert r.json()["parameters"] == {"language": "en", "num_speakers": 2, "assisted": True,
+                                          "batch_size": 4}
+        assert r.json()["size"] == len(clip)
+        check_error(HTTP.post(url, files={"audio": ("a.wav", clip, "audio/wav")}), 400, "'file'")
+        check_error(HTTP.post(url, files={"file": ("a.wav", b"", "audio/wav")}), 400, "empty")
+        check_error(HTTP.post(url, data=b"", headers={"Content-Type": "audio/wav"}), 400, "empty")
+        check_error(HTTP.post(url, data=b"{}", headers={"Content-Type": "application/json"}), 400, "inputs")
+
+
+def test_body_limit_counts_what_arrives(clip):
+    with inprocess_server(lambda: echo_handler, max_body_bytes=len(clip)) as (url, _):
+        wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
+        assert HTTP.post(url, data=clip, headers={"Content-Type": "audio/wav"}).status_code == 200
+        check_error(HTTP.post(url, data=clip + b"x", headers={"Content-Type": "audio/wav"}), 413,
+                    f"limit of {len(clip)} bytes")
+        # base64 JSON counts as sent (4/3 of the audio)
+        check_error(HTTP.post(url, json={"inputs": b64(clip)}), 413)
+
+
+def test_handler_value_error_is_400_and_other_errors_are_500_without_internals():
+    def failing(data):
+        if data["parameters"].get("kind") == "value":
+            raise ValueError("language 'xx' is not available")
+        raise RuntimeError(f"CUDA out of memory at /secret/path/model.bin token={FAKE_TOKEN}")
+
+    with inprocess_server(lambda: failing) as (url, _):
+        wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
+        r = HTTP.post(url + "/?kind=value", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
+        assert r.status_code == 400 and r.json() == {"error": "language 'xx' is not available"}
+        r = HTTP.post(url + "/?kind=other", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
+        assert r.status_code == 500
+        request_id = r.headers["x-request-id"]
+        assert r.json() == {"error": f"internal error (request id {request_id})"}
+        assert "secret" not in r.text and "CUDA" not in r.text
+        # the server is fine afterwards
+        assert HTTP.get(url + "/health").status_code == 200
+
+
+def test_one_request_at_a_time_and_health_answers_meanwhile():
+    release = threading.Event()
+    active, peak = [0], [0]
+    lock = threading.Lock()
+
+    def blocking(data):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            release.wait(30)
+            return {"text": "ok", "duration": 2.0}
+        finally:
+            with lock:
+                active[0] -= 1
+
+    with inprocess_server(lambda: blocking) as (url, _):
+        wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(
+            session().post(url, data=b"OggS....", headers={"Content-Type": "audio/ogg"}, timeout=60)))
+            for _ in range(3)]
+        for t in threads:
+            t.start()
+
+        def gauges():
+            m = parse_metrics(HTTP.get(url + "/metrics").text)
+            return m if (m["asr_queue_depth"] == 2 and m["asr_inference_running"] == 1
+                         and m["asr_requests_in_flight"] == 3) else None
+
+        wait_until(gauges)
+        started = time.perf_counter()
+        assert HTTP.get(url + "/health").json() == {"status": "ok"}
+        assert time.perf_counter() - started < 2.0
+        release.set()
+        for t in threads:
+            t.join(30)
+        assert [r.status_code for r in results] == [200, 200, 200]
+        assert peak[0] == 1  # never two model calls at once
+        m = parse_metrics(HTTP.get(url + "/metrics").text)
+        assert m["asr_queue_depth"] == 0 and m["asr_requests_in_flight"] == 0
+        assert m["asr_audio_seconds_total"] == 6.0
+
+
+def test_loading_states(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+    loaded = threading.Event()
+
+    def slow_factory():
+        loaded.wait(30)
+        return echo_handler
+
+    with inprocess_server(slow_factory) as (url, _):
+        r = HTTP.get(url + "/health")
+        assert r.status_code == 503 and r.json()["status"] == "loading"
+        r = HTTP.post(url, data=b"fLaC....", headers={"Content-Type": "audio/flac"})
+        check_error(r, 503, "loading")
+        assert r.headers["retry-after"]
+        loaded.set()
+        wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
+
+    def failing_factory():
+        raise OSError(f"401 Client Error for https://huggingface.co/x (token {FAKE_TOKEN} is invalid)")
+
+    with inprocess_server(failing_factory) as (url, _):
+        body = wait_until(lambda: (lambda r: r.json() if r.json()["status"] == "error" else None)(
+            HTTP.get(url + "/health")))
+        assert "OSError: 401 Client Error" in body["reason"]
+        assert FAKE_TOKEN not in body["reason"] and "<redacted>" in body["reason"]
+        assert HTTP.get(url + "/health").status_code == 503
+
+
+def test_query_value_coercion_and_audio_sniffing():
+    from server import coerce_value, sniff_audio
+
+    assert [coerce_value(v) for v in ("true", "FALSE", "3", "-2", "0.25", "1e-2", "en", "no", "inf", " 7 ")] \
+        == [True, False, 3, -2, 0.25, 0.01, "en", "no", "inf", 7]
+    samples = np.zeros(1600, np.float32)
+    assert sniff_audio(encode(samples)) == "wav"
+    assert sniff_audio(encode(samples, fmt="FLAC")) == "flac"
+    assert sniff_audio(encode(samples, fmt="OGG", subtype="VORBIS")) == "ogg"
+    assert sniff_audio(b"ID3\x04\x00" + b"\0" * 20) == "mp3"
+    assert sniff_audio(b"\xff\xfb\x90\x00" + b"\0" * 20) == "mp3"
+    assert sniff_audio(b"\xff\xf1\x50\x80" + b"\0" * 20) == "aac"
+    assert sniff_audio(b"\0\0\0\x20ftypM4A " + b"\0" * 20) == "mp4"
+    assert sniff_audio(b"\x1a\x45\xdf\xa3" + b"\0" * 20) == "webm"
+    assert sniff_audio(b"#!AMR\n" + b"\0" * 20) == "amr"
+    for not_audio in (b"", b"hello world", b"{\"inputs\": 1}", b"\x89PNG\r\n\x1a\n", b"RIFF\0\0\0\0AVI "):
+        assert sniff_audio(not_audio) is None, not_audio
+
+
+# --------------------------------------------------------------------------- last: secrets and logs
+
+
+def test_token_never_leaks_and_each_request_logs_one_json_line(servers, clip):
+    servers.main.get("/health")
+    servers.broken.get("/health")
+    for text in SEEN_RESPONSES:
+        assert FAKE_TOKEN not in text
+    for proc in (servers.main, servers.broken):
+        log = proc.log()
+        assert FAKE_TOKEN not in log, proc.name
+        assert b64(clip)[:64] not in log  # neither the audio's base64...
+        assert "UklGR" not in log  # ... nor any base64 WAV header
+    log = servers.main.log()
+    requests_logged = []
+    for line in log.splitlines():
+        if '"logger": "server.access"' in line:
+            requests_logged.append(json.loads(line))
+    by_id = {entry["request_id"]: entry for entry in requests_logged}
+    entry = by_id["json-base64-1"]
+    assert entry["method"] == "POST" and entry["path"] == "/" and entry["status"] == 200
+    assert entry["audio_seconds"] == pytest.approx(2.0) and entry["total_ms"] > 0
+    assert entry["bytes_in"] > len(clip)  # base64 JSON is larger than the file
+    assert {"ts", "level", "msg", "queue_ms", "inference_ms"} <= set(entry)
+    statuses = {e["status"] for e in requests_logged}
+    assert {200, 400, 413, 415} <= statuses
+    errors = [e for e in requests_logged if e["status"] == 400]
+    assert all(e.get("error") for e in errors)
+    # each POST is one line: ids are unique
+    posts = [e for e in requests_logged if e["method"] == "POST"]
+    assert len({e["request_id"] for e in posts}) == len(posts)
+    # the broken server logged why it failed, scrubbed
+    assert "failed to load" in servers.broken.log() and "<redacted>" in servers.broken.log()
