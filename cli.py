@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="any other request parameter (repeatable; values coerced like query strings)")
     t.add_argument("--format", choices=("json", "txt"), default="json",
-                   help="json: the endpoint's response; txt: one 'SPEAKER_00: text' line per turn")
+                   help="json: the endpoint's response; txt: one 'SPEAKER_00: text' line per turn "
+                        "(or the subtitles/text of --param response_format=srt|vtt|txt|rttm)")
     t.add_argument("--output", "-o", metavar="PATH", help="write the result here instead of stdout")
     t.add_argument("--verbose", "-v", action="store_true", help="log model loading on stderr")
 
@@ -96,6 +97,8 @@ def check_parameters(params: dict[str, Any]) -> None:
 
 
 def format_text(result: dict[str, Any]) -> str:
+    if isinstance(result.get("content"), str) and "format" in result:  # response_format=srt, ...
+        return result["content"].rstrip("\n")
     speakers = result.get("speakers") or []
     if speakers:
         return "\n".join(f"{turn.get('speaker')}: {turn.get('text', '').strip()}" for turn in speakers)

@@ -12,7 +12,7 @@ No torch import here: this module is pure validation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo,
                       field_validator, model_validator)
@@ -26,6 +26,7 @@ DEFAULT_BATCH_SIZE = 24
 MAX_BATCH_SIZE = 64
 MAX_CHUNK_LENGTH_S = 30.0
 MAX_SPEAKERS = 32
+MAX_PROMPT_CHARS = 800
 
 
 class ModelSettings(BaseSettings):
@@ -131,6 +132,20 @@ class InferenceConfig(BaseModel):
         Field("json", description="text formats come back as {'format', 'content'}")
     speaker_names: Optional[list[str]] = Field(
         None, description="names for the speakers in order of first appearance")
+    prompt: Optional[str] = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS,
+                                  description="initial prompt: vocabulary, names, spelling hints")
+    temperature: Union[float, list[float]] = Field(
+        0.0, description="0 = greedy; a list such as [0, 0.2, 0.4] retries a window at the next "
+                         "temperature when a guard below rejects it")
+    compression_ratio_threshold: Optional[float] = Field(
+        None, gt=0, le=100, description="reject a window whose text compresses better than this "
+                                        "(repetition loops); 2.4 is the usual value")
+    logprob_threshold: Optional[float] = Field(
+        None, le=0, ge=-100, description="reject a window whose mean token log-probability is lower; "
+                                         "-1.0 is the usual value")
+    no_speech_threshold: Optional[float] = Field(
+        None, ge=0, le=1, description="with logprob_threshold: treat a window as silence when the "
+                                      "no-speech probability is higher; 0.6 is the usual value")
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> "InferenceConfig":
@@ -152,6 +167,15 @@ class InferenceConfig(BaseModel):
         if not caps.multilingual and self.task == "translate":
             raise ValueError("task 'translate' is not available: the model is English-only "
                              "(use a multilingual Whisper model to translate)")
+        temps = self.temperature if isinstance(self.temperature, list) else [self.temperature]
+        if not temps or any(not 0 <= t <= 1 for t in temps) or temps != sorted(temps):
+            raise ValueError(f"temperature must be a number in [0, 1] or a non-empty increasing list "
+                             f"of such numbers, got {self.temperature!r}")
+        if self.no_speech_threshold is not None and self.logprob_threshold is None:
+            raise ValueError("no_speech_threshold works together with logprob_threshold: set both "
+                             "(e.g. 0.6 and -1.0)")
+        if self.assisted and temps[0] != 0:
+            raise ValueError("assisted decoding is greedy: the first temperature must be 0")
         if self.speaker_names is not None:
             from formats import validate_speaker_names
 

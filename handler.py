@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 from config import InferenceConfig, ModelSettings
@@ -35,6 +36,7 @@ class EndpointHandler:
             self.diarization = load_diarization_pipeline(
                 self.settings.diarization_model, self.settings.token(), self.device,
                 telemetry=self.settings.diarization_telemetry)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization")
         self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
         logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s)",
                     time.perf_counter() - started, self.settings.asr_model,
@@ -54,20 +56,41 @@ class EndpointHandler:
                 "", [], [] if diarized else None, 0.0,
                 "en" if not self.capabilities.multilingual else config.language), config)
 
-        # word timestamps drive speaker attribution; without diarization only when asked for
-        asr = self.asr.transcribe(audio, config,
-                                  word_timestamps=diarized or config.return_word_timestamps)
-        turns = None
-        if diarized:
-            result = diarize(self.diarization, audio, num_speakers=config.num_speakers,
-                             min_speakers=config.min_speakers, max_speakers=config.max_speakers)
+        # diarization runs beside the ASR (torch releases the GIL), so a request costs about the
+        # longer of the two rather than their sum
+        pending = self._pool.submit(
+            diarize, self.diarization, audio, num_speakers=config.num_speakers,
+            min_speakers=config.min_speakers, max_speakers=config.max_speakers) if diarized else None
+        try:
+            # word timestamps drive speaker attribution; without diarization only when asked for
+            asr = self.asr.transcribe(audio, config,
+                                      word_timestamps=diarized or config.return_word_timestamps)
+        finally:
+            result, error = self._diarization_result(pending)
+        turns, extra = None, {}
+        if diarized and error is None:
             # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
             turns = rename_speakers(result.exclusive_turns if result.exclusive_turns is not None
                                     else result.turns)
+        elif diarized:
+            # the transcript is still worth returning: say plainly that speakers are missing
+            turns = []
+            extra["warnings"] = [f"speaker diarization failed ({error}); the transcript has no speakers"]
         words = [(w.text, w.start, w.end) for w in asr.words] if asr.words is not None else None
         return self._render(build_response(
             asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns, duration, asr.language,
-            words=words, return_words=config.return_word_timestamps), config)
+            words=words, return_words=config.return_word_timestamps, extra=extra), config)
+
+    @staticmethod
+    def _diarization_result(pending: Optional[Future]):
+        """(Diarization, None) or (None, short reason) -- never raises for a diarization fault."""
+        if pending is None:
+            return None, None
+        try:
+            return pending.result(), None
+        except Exception as exc:  # a fault in the model, not in the request: keep the transcript
+            logger.exception("diarization failed")
+            return None, type(exc).__name__
 
     @staticmethod
     def _render(response: dict[str, Any], config: InferenceConfig) -> dict[str, Any]:

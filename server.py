@@ -302,8 +302,17 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def collect_parameters(items) -> dict[str, Any]:
+    """(key, text) pairs -> parameters, values coerced; a key given more than once becomes a list
+    (``?speaker_names=Diane&speaker_names=Sheila``)."""
+    grouped: dict[str, list] = {}
+    for key, value in items:
+        grouped.setdefault(key, []).append(coerce_value(value))
+    return {key: values[0] if len(values) == 1 else values for key, values in grouped.items()}
+
+
 def query_parameters(request: Request) -> dict[str, Any]:
-    return {key: coerce_value(value) for key, value in request.query_params.multi_items()}
+    return collect_parameters(request.query_params.multi_items())
 
 
 _JSON_SHAPE = '{"inputs": "<base64 audio>", "parameters": {...}}'
@@ -362,7 +371,8 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
         raise RequestError(400, f"invalid multipart/form-data body: {exc}") from None
     try:
         audio: Optional[bytes] = None
-        parameters = dict(query)
+        fields: list[tuple[str, str]] = []
+        parameters: dict[str, Any] = {}
         for key, value in form.multi_items():
             is_file = not isinstance(value, str)
             if key == "file":
@@ -383,9 +393,11 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
                     raise RequestError(400, "the 'parameters' form field must be a JSON object")
                 parameters.update(extra)
             else:
-                parameters[key] = coerce_value(value)
+                fields.append((key, value))
     finally:
         await form.close()
+    # form fields win over the query string, the 'parameters' JSON field over both
+    parameters = {**query, **collect_parameters(fields), **parameters}
     if audio is None:
         raise RequestError(400, "the multipart upload has no 'file' field: send the audio as "
                                 "-F file=@audio.wav (other fields become parameters)")

@@ -161,6 +161,21 @@ class WhisperTranscriber:
                 kwargs["language"] = language
         if self.max_new_tokens:
             kwargs["max_new_tokens"] = self.max_new_tokens
+        if isinstance(cfg.temperature, list) and len(cfg.temperature) > 1:
+            kwargs["temperature"] = tuple(cfg.temperature)
+            kwargs["do_sample"] = False  # the first pass stays greedy; retries sample
+        elif (cfg.temperature if not isinstance(cfg.temperature, list) else cfg.temperature[0]) > 0:
+            kwargs["temperature"] = float(cfg.temperature if not isinstance(cfg.temperature, list)
+                                          else cfg.temperature[0])
+            kwargs["do_sample"] = True
+        for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"):
+            if getattr(cfg, name) is not None:
+                kwargs[name] = getattr(cfg, name)
+        if cfg.prompt:
+            import torch
+
+            ids = self.processor.tokenizer.get_prompt_ids(cfg.prompt, return_tensors="np")
+            kwargs["prompt_ids"] = torch.as_tensor(ids, device=self.device)
         if cfg.assisted:
             kwargs["assistant_model"] = self.assistant
         return kwargs

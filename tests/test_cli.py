@@ -83,6 +83,9 @@ def test_format_text_without_speakers_is_the_plain_text():
     assert cli.format_text({"text": "a b", "speakers": [
         {"speaker": "SPEAKER_00", "text": "a", "timestamp": [0, 1]},
         {"speaker": "SPEAKER_01", "text": " b", "timestamp": [1, 2]}]}) == "SPEAKER_00: a\nSPEAKER_01: b"
+    # response_format=srt/vtt/txt/rttm: the handler's text as it is
+    assert cli.format_text({"format": "srt", "content": "1\n00:00:00,000 --> 00:00:01,000\nA: hi\n\n"}) \
+        == "1\n00:00:00,000 --> 00:00:01,000\nA: hi"
 
 
 def test_audio_the_handler_refuses_exits_2_with_its_message(tiny_models, tmp_path):

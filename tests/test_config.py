@@ -117,3 +117,25 @@ def test_settings_defaults_are_hub_ids(monkeypatch):
     assert s.assistant_model is None
     assert s.diarization_model == "pyannote/speaker-diarization-3.1"
     assert not s.diarization_telemetry
+
+
+def test_decoding_guards():
+    cfg = check({"temperature": [0.0, 0.2, 0.4], "compression_ratio_threshold": 2.4,
+                 "logprob_threshold": -1.0, "no_speech_threshold": 0.6})
+    assert cfg.temperature == [0.0, 0.2, 0.4]
+    rejects({"temperature": [0.4, 0.2]}, "increasing list")
+    rejects({"temperature": 1.5}, "in [0, 1]")
+    rejects({"temperature": []}, "non-empty")
+    rejects({"no_speech_threshold": 0.6}, "together with logprob_threshold")
+    rejects({"logprob_threshold": 1.0}, "'logprob_threshold'")
+    rejects({"assisted": True, "temperature": 0.5}, "first temperature must be 0")
+
+
+def test_prompt_and_formats():
+    assert check({"prompt": "Kubernetes, Alice, Bob"}).prompt == "Kubernetes, Alice, Bob"
+    rejects({"prompt": ""}, "'prompt'")
+    rejects({"prompt": "x" * 801}, "'prompt'")
+    assert check({"response_format": "srt"}).response_format == "srt"
+    rejects({"response_format": "docx"}, "'srt'", "'vtt'")
+    rejects({"speaker_names": "Alice"}, "'speaker_names'")
+    rejects({"speaker_names": ["Alice", "Alice"]}, "speaker_names")

@@ -181,3 +181,44 @@ def test_pipeline_yaml_file_path_is_accepted(tiny_models):
     from diarization_utils import load_diarization_pipeline
 
     assert load_diarization_pipeline(str(tiny_models["pyannote"] / "config.yaml"), None) is not None
+
+
+def test_prompt_conditions_decoding_and_is_not_echoed(handler, speech_like_wav):
+    plain = handler({"inputs": b64(speech_like_wav)})
+    prompted = handler({"inputs": b64(speech_like_wav), "parameters": {"prompt": "Kubernetes Zanzibar"}})
+    assert_schema(prompted)
+    assert prompted["text"] != plain["text"]  # the prompt reaches the decoder
+    assert "Kubernetes" not in prompted["text"] and "Zanzibar" not in prompted["text"]
+
+
+def test_temperature_fallback_guards_run(handler, speech_like_wav):
+    r = handler({"inputs": b64(speech_like_wav), "parameters": {
+        "temperature": [0.0, 0.5], "compression_ratio_threshold": 1.05, "logprob_threshold": -0.01,
+        "no_speech_threshold": 0.5}})
+    assert_schema(r)
+
+
+def test_srt_with_speaker_names_parses(handler, speech_like_wav):
+    import srt
+
+    r = handler({"inputs": b64(speech_like_wav), "parameters": {
+        "response_format": "srt", "speaker_names": ["Alice", "Bob"], "num_speakers": 2}})
+    assert r["format"] == "srt"
+    cues = list(srt.parse(r["content"]))
+    assert cues and all(c.content.split(":")[0] in ("Alice", "Bob") for c in cues)
+    assert "SPEAKER_0" not in r["content"]
+
+
+def test_diarization_fault_keeps_the_transcript_with_a_warning(handler, speech_like_wav, monkeypatch):
+    monkeypatch.setattr(handler, "diarization", _Broken())
+    r = handler({"inputs": b64(speech_like_wav)})
+    assert r["text"].strip() and r["chunks"]
+    assert all(c["speaker"] is None for c in r["chunks"])
+    assert r["warnings"] == ["speaker diarization failed (RuntimeError); the transcript has no speakers"]
+
+
+class _Broken:
+    """A diarization pipeline that fails mid-request, as a GPU fault would."""
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("CUDA error: device-side assert (simulated)")

@@ -477,6 +477,13 @@ def test_how_each_body_becomes_the_handler_data(clip):
         assert r.json()["inputs"] == "str"
         r = HTTP.post(url + "/?task=translate", json={"inputs": "QUJD"})
         assert r.json()["parameters"] == {"task": "translate"}
+        # a key given twice is a list
+        r = HTTP.post(url + "/?speaker_names=Diane&speaker_names=Sheila&response_format=srt",
+                      data=clip, headers={"Content-Type": "audio/wav"})
+        assert r.json()["parameters"] == {"speaker_names": ["Diane", "Sheila"], "response_format": "srt"}
+        r = HTTP.post(url, files={"file": ("a.wav", clip, "audio/wav")},
+                      data={"speaker_names": ["Diane", "Sheila"]})
+        assert r.json()["parameters"] == {"speaker_names": ["Diane", "Sheila"]}
         # raw audio: query values coerced
         r = HTTP.post(url + "/predict?a=true&b=False&c=2&d=0.5&e=en&f=-3&g=1e3&h=nan&i=",
                       data=clip, headers={"Content-Type": "audio/x-wav; codecs=1"})

@@ -1,0 +1,90 @@
+"""Checks of the evaluation's scoring and baseline code (pure Python, no models, < 1 s):
+
+    .venv/bin/python -m pytest eval/test_eval.py -q
+"""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+for p in (str(HERE.parent), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from alignment import Turn  # noqa: E402
+from algorithms import RUNNERS, hf_original  # noqa: E402
+from metrics import (HypToken, RefToken, cpwer_counts, normalize_text, normalize_word,  # noqa: E402
+                     wder_counts, wer_counts)
+
+
+def ref_tokens(spec):
+    out = []
+    for u, (spk, text) in enumerate(spec):
+        toks = normalize_text(text)
+        out += [RefToken(t, spk, u, "middle") for t in toks]
+    return out
+
+
+def hyp_tokens(spec, dropped=()):
+    return [HypToken(t, spk, dropped=t in dropped) for spk, text in spec for t in normalize_text(text)]
+
+
+def test_normalize():
+    assert normalize_word(" Mr.") == ["mister"]
+    assert normalize_word("-disposed.") == ["disposed"]
+    assert normalize_text("He was not an ill-disposed young man.") == \
+        "he was not an ill disposed young man".split()
+    assert normalize_word("didn\u2019t") == ["didn't"]
+    assert normalize_word(" -") == []
+    assert normalize_word("OK,") == ["okay"]
+
+
+def test_wder_is_label_invariant_and_counts_wrong_words():
+    ref = ref_tokens([("A", "hello there"), ("B", "hi how are you")])
+    assert wder_counts(ref, hyp_tokens([("x", "hello there"), ("y", "hi how are you")])).errors == 0
+    sp = wder_counts(ref, hyp_tokens([("x", "hello there hi"), ("y", "how are you")]))
+    assert (sp.errors, sp.scored) == (1, 6)
+    assert sp.mapping == {"x": "A", "y": "B"}
+    # substituted words count, inserted/deleted ones do not
+    sp = wder_counts(ref, hyp_tokens([("x", "hello where"), ("y", "hi how you")]))
+    assert (sp.errors, sp.scored) == (0, 5)
+
+
+def test_dropped_words_are_speaker_errors_and_deletions():
+    ref = ref_tokens([("A", "one two"), ("B", "three four")])
+    hyp = hyp_tokens([("x", "one two"), ("y", "three four")], dropped={"four"})
+    sp = wder_counts(ref, hyp)
+    assert (sp.errors, sp.scored) == (1, 4)
+    assert wer_counts([r.text for r in ref], [h.text for h in hyp if not h.dropped]).errors == 1
+    assert cpwer_counts(ref, hyp).errors == 1
+
+
+def test_cpwer_equals_wer_when_speakers_are_right():
+    ref = ref_tokens([("A", "a b c"), ("B", "d e"), ("A", "f")])
+    hyp = hyp_tokens([("s1", "a b c"), ("s2", "d x"), ("s1", "f")])
+    assert cpwer_counts(ref, hyp).errors == 1
+    # one word moved to the other speaker costs a deletion and an insertion
+    hyp = hyp_tokens([("s1", "a b"), ("s2", "c d e"), ("s1", "f")])
+    assert cpwer_counts(ref, hyp).errors == 2
+
+
+def test_hf_original_reproduces_nearest_end_rule_and_drops_the_tail():
+    turns = [Turn(0.0, 2.0, "A"), Turn(2.1, 3.0, "A"), Turn(3.2, 5.0, "B")]
+    chunks = [(" one two", 0.0, 1.5), (" three", 1.5, 3.1), (" four", 3.2, 4.9), (" five", 5.5, 7.0)]
+    toks = hf_original(chunks, None, turns, 7.0)
+    # merged A turn ends where B starts (3.2): nearest chunk end 3.1 -> chunks 0-1 to A;
+    # B's turn (end 5.0): nearest remaining end 4.9 -> chunk 2 to B; chunk 3 is dropped
+    assert [(t.text, t.speaker, t.dropped) for t in toks] == [
+        ("one", "A", False), ("two", "A", False), ("three", "A", False), ("four", "B", False),
+        ("five", None, True)]
+
+
+def test_word_level_runners_keep_every_word():
+    turns = [Turn(0.0, 1.0, "A"), Turn(1.0, 2.0, "B")]
+    words = [(" Hi", 0.1, 0.4), (" there.", 0.4, 0.9), (" Yes.", 1.1, 1.5), (" extra", None, None)]
+    chunks = [(" Hi there.", 0.0, 1.0), (" Yes. extra", 1.0, None)]
+    for name, run in RUNNERS.items():
+        toks = run(chunks, words, turns, 2.0)
+        assert [t.text for t in toks] == ["hi", "there", "yes", "extra"], name
+    toks = RUNNERS["word"](chunks, words, turns, 2.0)
+    assert [t.speaker for t in toks] == ["A", "A", "B", "B"]
