@@ -46,6 +46,9 @@ class ModelSettings(BaseSettings):
         None, description="default: float16 on GPU, float32 on CPU")
     max_new_tokens: Optional[int] = Field(None, ge=1, le=444,
                                           description="cap on generated tokens per 30 s window")
+    max_audio_seconds: float = Field(
+        4 * 3600, gt=0, description="longer audio is rejected (checked from the header before "
+                                    "decoding everything)")
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
 
@@ -132,6 +135,9 @@ class InferenceConfig(BaseModel):
         Field("json", description="text formats come back as {'format', 'content'}")
     speaker_names: Optional[list[str]] = Field(
         None, description="names for the speakers in order of first appearance")
+    vad_filter: bool = Field(True, description="return an empty transcript for audio without speech "
+                                               "(digital silence, or no speech found by the "
+                                               "diarization) instead of Whisper's hallucinations")
     prompt: Optional[str] = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS,
                                   description="initial prompt: vocabulary, names, spelling hints")
     temperature: Union[float, list[float]] = Field(

@@ -12,12 +12,17 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
+import numpy as np
+
 from config import InferenceConfig, ModelSettings
 from formats import render
 from diarization_utils import (build_response, configure_pyannote_telemetry, diarize,
                                load_diarization_pipeline, preprocess_inputs, rename_speakers)
 
 logger = logging.getLogger("handler")
+
+# peak amplitude below which audio is digital silence (-80 dBFS)
+SILENCE_PEAK = 1e-4
 
 
 class EndpointHandler:
@@ -48,12 +53,13 @@ class EndpointHandler:
             raise ValueError("the request must be a JSON object with 'inputs' (base64 audio) and "
                              "optional 'parameters'")
         config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
-        audio = preprocess_inputs(data.get("inputs"))
+        audio = preprocess_inputs(data.get("inputs"), max_duration_s=self.settings.max_audio_seconds)
         duration = len(audio) / 16_000
         diarized = self.diarization is not None
-        if duration == 0:
+        silent = duration == 0 or (config.vad_filter and float(np.max(np.abs(audio))) < SILENCE_PEAK)
+        if silent:  # nothing to transcribe: Whisper would only make something up ("Thank you.")
             return self._render(build_response(
-                "", [], [] if diarized else None, 0.0,
+                "", [], [] if diarized else None, duration,
                 "en" if not self.capabilities.multilingual else config.language), config)
 
         # diarization runs beside the ASR (torch releases the GIL), so a request costs about the
@@ -72,6 +78,12 @@ class EndpointHandler:
             # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
             turns = rename_speakers(result.exclusive_turns if result.exclusive_turns is not None
                                     else result.turns)
+            if not turns and not result.turns and config.vad_filter and asr.text.strip():
+                # the diarization's segmentation model heard no speech anywhere: what Whisper
+                # wrote is a hallucination on noise or music. Say what was dropped.
+                extra["warnings"] = [f"no speech detected; dropped the transcript {asr.text.strip()!r} "
+                                     "(set vad_filter=false to keep it)"]
+                asr.text, asr.chunks, asr.words = "", [], ([] if asr.words is not None else None)
         elif diarized:
             # the transcript is still worth returning: say plainly that speakers are missing
             turns = []

@@ -228,6 +228,8 @@ def build_pyannote_pipeline(out: Path, *, seed: int = 0) -> Path:
                 "embedding_exclude_overlap": True,
                 "embedding_batch_size": 32,
                 "segmentation_batch_size": 32,
+                # half-window steps instead of the recipe's 10 %: 5x fewer embeddings, fast tests
+                "segmentation_step": 0.5,
             },
         },
         "params": {
