@@ -2,12 +2,18 @@
 
     python -m cli transcribe FILE [--num-speakers N | --min-speakers N --max-speakers N]
                                   [--language xx] [--task transcribe|translate] [--assisted]
-                                  [--format json|txt] [--output PATH]
+                                  [--prompt TEXT] [--word-timestamps] [--speaker-names A,B]
+                                  [--format FORMAT[,FORMAT...]] [--output PATH | --output-dir DIR]
     python -m cli serve [--host HOST] [--port PORT]
 
 ``transcribe`` runs the handler in this process (models from ASR_MODEL, DIARIZATION_MODEL, ...,
-exactly as the endpoint reads them) on one audio file (``-`` reads standard input) and prints the
-response. ``serve`` runs the HTTP server (see server.py and docs/serving.md).
+exactly as the endpoint reads them) on one audio file (``-`` reads standard input) and writes the
+result in one of the endpoint's response formats (``formats.FORMATS``: json, verbose_json,
+diarized_json, srt, vtt, rttm, txt). Text formats (srt, vtt, rttm, txt) are written as the text
+itself (the response's ``content``), JSON formats as indented JSON. ``--output PATH`` writes a
+file; ``--output-dir DIR`` (or ``--output`` naming a directory) writes ``<audio stem>.<ext>``
+there, and takes several formats at once (``--format srt,vtt,json``: one transcription, each
+format rendered from it). ``serve`` runs the HTTP server (see server.py and docs/serving.md).
 
 Exit codes: 0 done; 2 bad arguments, unreadable file or a request the handler refuses (the
 message is printed on stderr); 1 the models could not be loaded or another error.
@@ -18,9 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from formats import FORMATS, TEXT_FORMATS
+
+# file extension of each format when writing into a directory
+EXTENSIONS = {"json": "json", "verbose_json": "json", "diarized_json": "json", "srt": "srt",
+              "vtt": "vtt", "rttm": "rttm", "txt": "txt"}
+STDIN_STEM = "stdin"  # the file name stem for FILE = -
 
 
 def _positive_int(text: str) -> int:
@@ -31,6 +45,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
     return value
+
+
+def _format_list(text: str) -> list[str]:
+    """``srt`` or ``srt,vtt`` -> the formats, each one of formats.FORMATS."""
+    names = [part.strip().lower() for part in text.split(",")]
+    for name in names:
+        if name not in FORMATS:
+            raise argparse.ArgumentTypeError(f"unknown format {name!r}: use one of "
+                                             f"{', '.join(FORMATS)} (comma-separated for several)")
+    return names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,12 +76,28 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--assisted", action="store_true",
                    help="speculative decoding with ASSISTANT_MODEL")
     t.add_argument("--batch-size", type=_positive_int, metavar="N", help="30 s windows decoded at once")
+    t.add_argument("--prompt", metavar="TEXT",
+                   help="initial prompt: vocabulary, names, spelling hints")
+    t.add_argument("--word-timestamps", action="store_true",
+                   help="include each chunk's words with times (request return_word_timestamps)")
+    t.add_argument("--speaker-names", action="append", default=[], metavar="NAME[,NAME...]",
+                   help="names for the speakers in order of first appearance (comma-separated "
+                        "and/or repeated: --speaker-names Alice,Bob)")
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="any other request parameter (repeatable; values coerced like query strings)")
-    t.add_argument("--format", choices=("json", "txt"), default="json",
-                   help="json: the endpoint's response; txt: one 'SPEAKER_00: text' line per turn "
-                        "(or the subtitles/text of --param response_format=srt|vtt|txt|rttm)")
-    t.add_argument("--output", "-o", metavar="PATH", help="write the result here instead of stdout")
+    t.add_argument("--format", "-f", dest="formats", action="append", type=_format_list,
+                   metavar="FORMAT",
+                   help=f"response format, one of {', '.join(FORMATS)} (default json). srt/vtt/"
+                        "rttm/txt are written as text (txt: one 'SPEAKER_00: text' line per "
+                        "speaker turn), the others as JSON. Several (comma-separated or repeated) "
+                        "need --output-dir")
+    where = t.add_mutually_exclusive_group()
+    where.add_argument("--output", "-o", metavar="PATH",
+                       help="write the result to this file instead of stdout; an existing "
+                            "directory (or PATH ending in /) means --output-dir PATH")
+    where.add_argument("--output-dir", "-d", metavar="DIR",
+                       help="write <audio stem>.<ext> into DIR (created if missing); ext: srt, "
+                            "vtt, rttm, txt, or json for the JSON formats")
     t.add_argument("--verbose", "-v", action="store_true", help="log model loading on stderr")
 
     s = commands.add_parser("serve", help="run the HTTP server",
@@ -69,23 +109,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_names(values: list[str]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",")]
+
+
 def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
+    """The request parameters the options spell, ``response_format`` left out (see
+    :func:`requested_formats`); ``speaker_names`` as a list when given."""
     params: dict[str, Any] = {}
-    for name in ("num_speakers", "min_speakers", "max_speakers", "language", "task", "batch_size"):
-        value = getattr(args, name)
+    for name in ("num_speakers", "min_speakers", "max_speakers", "language", "task", "batch_size",
+                 "prompt"):
+        value = getattr(args, name, None)
         if value is not None:
             params[name] = value
     if args.assisted:
         params["assisted"] = True
+    if getattr(args, "word_timestamps", False):
+        params["return_word_timestamps"] = True
     if args.param:
         from server import coerce_value
 
         for item in args.param:
             key, sep, value = item.partition("=")
-            if not sep or not key.strip():
+            key = key.strip()
+            if not sep or not key:
                 raise ValueError(f"--param {item!r}: use KEY=VALUE, e.g. --param chunk_length_s=20")
-            params[key.strip()] = coerce_value(value)
+            if key == "speaker_names":  # a query-string value: a name or comma-separated names
+                params.setdefault("speaker_names", []).extend(_split_names([value]))
+            elif key == "response_format":
+                params[key] = value.strip().lower()
+            else:
+                params[key] = coerce_value(value)
+    names = _split_names(getattr(args, "speaker_names", None) or [])
+    if names:
+        params.setdefault("speaker_names", []).extend(names)
     return params
+
+
+def requested_formats(args: argparse.Namespace, params: dict[str, Any]) -> list[str]:
+    """The formats to write, without repeats; pops ``response_format`` (``--param``) from params:
+    it is another way to say ``--format``."""
+    formats: list[str] = []
+    for group in getattr(args, "formats", None) or []:
+        formats.extend(f for f in group if f not in formats)
+    legacy = params.pop("response_format", None)
+    if legacy is not None:
+        if formats and formats != [legacy]:
+            raise ValueError(f"--param response_format={legacy} and --format {','.join(formats)} "
+                             "disagree: give the format once, with --format")
+        if not formats:
+            if legacy not in FORMATS:
+                raise ValueError(f"unknown format {legacy!r}: use one of {', '.join(FORMATS)}")
+            formats = [legacy]
+    return formats or ["json"]
 
 
 def check_parameters(params: dict[str, Any]) -> None:
@@ -96,13 +172,64 @@ def check_parameters(params: dict[str, Any]) -> None:
     InferenceConfig.from_request(params, ModelCapabilities(has_assistant=True))
 
 
-def format_text(result: dict[str, Any]) -> str:
-    if isinstance(result.get("content"), str) and "format" in result:  # response_format=srt, ...
-        return result["content"].rstrip("\n")
-    speakers = result.get("speakers") or []
-    if speakers:
-        return "\n".join(f"{turn.get('speaker')}: {turn.get('text', '').strip()}" for turn in speakers)
-    return (result.get("text") or "").strip()
+def output_name(stem: str, fmt: str, formats: list[str]) -> str:
+    """``<stem>.<ext>``; when several requested formats share the extension (json,
+    verbose_json, diarized_json) all but ``json`` itself become ``<stem>.<format>.<ext>``."""
+    ext = EXTENSIONS[fmt]
+    if fmt != "json" and sum(EXTENSIONS[f] == ext for f in formats) > 1:
+        return f"{stem}.{fmt}.{ext}"
+    return f"{stem}.{ext}"
+
+
+def destinations(args: argparse.Namespace, formats: list[str]) -> dict[str, Optional[Path]]:
+    """format -> the file to write (None: stdout). Raises ValueError for several formats
+    without a directory to write them into."""
+    directory: Optional[Path] = None
+    if args.output_dir:
+        directory = Path(args.output_dir)
+    elif args.output and (Path(args.output).is_dir() or args.output.endswith(("/", os.sep))):
+        directory = Path(args.output)
+    if directory is None:
+        if len(formats) > 1:
+            raise ValueError(f"{len(formats)} formats ({', '.join(formats)}) need a directory to "
+                             "write them into: add --output-dir DIR")
+        return {formats[0]: Path(args.output) if args.output else None}
+    stem = STDIN_STEM if args.file == "-" else (Path(args.file).stem or STDIN_STEM)
+    return {fmt: directory / output_name(stem, fmt, formats) for fmt in formats}
+
+
+def render_result(response: dict[str, Any], fmt: str, speaker_names: Optional[list[str]],
+                  task: str) -> dict[str, Any]:
+    """What the handler answers for ``response_format=fmt`` (and ``speaker_names``), from its
+    plain json ``response``: for writing several formats from one transcription."""
+    from formats import render
+
+    if fmt == "json" and not speaker_names:
+        return response
+    out = render(response, fmt, speaker_names=speaker_names or None, task=task)
+    out.setdefault("duration", response.get("duration"))
+    if response.get("warnings"):
+        out.setdefault("warnings", response["warnings"])
+    return out
+
+
+def output_text(result: Any, fmt: str) -> str:
+    """A result as written: the text itself for text formats, indented JSON for the others."""
+    if fmt in TEXT_FORMATS:
+        if not isinstance(result, dict) or not isinstance(result.get("content"), str):
+            raise ValueError(f"the handler answered without the {fmt} text")
+        return result["content"]
+    return json.dumps(result, ensure_ascii=False, indent=2) + "\n"
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(text)
+    else:
+        buffer.write(text.encode("utf-8"))
+        buffer.flush()
 
 
 def _fail(message: str, code: int) -> int:
@@ -117,7 +244,9 @@ def transcribe(args: argparse.Namespace) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         params = request_parameters(args)
-        check_parameters(params)
+        formats = requested_formats(args, params)
+        targets = destinations(args, formats)
+        check_parameters({**params, "response_format": formats[0]})
     except ValueError as exc:
         return _fail(str(exc), 2)
     try:
@@ -134,19 +263,31 @@ def transcribe(args: argparse.Namespace) -> int:
     except Exception as exc:
         return _fail(f"could not load the models: {type(exc).__name__}: {exc}", 1)
     try:
-        result = handler({"inputs": audio, "parameters": params})
+        if len(formats) == 1:  # the handler renders it, exactly as the endpoint does
+            single = {**params, "response_format": formats[0]}
+            results = {formats[0]: handler({"inputs": audio, "parameters": single})}
+        else:  # transcribe once, render each format from the plain response
+            names = params.pop("speaker_names", None)
+            response = handler({"inputs": audio, "parameters": params})
+            results = {fmt: render_result(response, fmt, names, params.get("task", "transcribe"))
+                       for fmt in formats}
+        texts = {fmt: output_text(result, fmt) for fmt, result in results.items()}
     except ValueError as exc:
         return _fail(str(exc), 2)
 
-    text = (json.dumps(result, ensure_ascii=False, indent=2) if args.format == "json"
-            else format_text(result))
-    if args.output:
+    warnings = next((r.get("warnings") for r in results.values() if isinstance(r, dict)), None)
+    for warning in warnings or []:
+        print(f"warning: {warning}", file=sys.stderr)
+    for fmt, text in texts.items():
+        path = targets[fmt]
+        if path is None:
+            _write_stdout(text)
+            continue
         try:
-            Path(args.output).write_text(text + "\n", encoding="utf-8")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8", newline="")
         except OSError as exc:
-            return _fail(f"cannot write {args.output}: {exc.strerror or exc}", 2)
-    else:
-        print(text)
+            return _fail(f"cannot write {path}: {exc.strerror or exc}", 2)
     return 0
 
 

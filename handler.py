@@ -108,5 +108,10 @@ class EndpointHandler:
     def _render(response: dict[str, Any], config: InferenceConfig) -> dict[str, Any]:
         if config.response_format == "json" and not config.speaker_names:
             return response
-        return render(response, config.response_format, speaker_names=config.speaker_names,
-                      task=config.task)
+        out = render(response, config.response_format, speaker_names=config.speaker_names,
+                     task=config.task)
+        # text formats travel as {"format", "content"}; the audio length stays visible (metrics)
+        out.setdefault("duration", response["duration"])
+        if response.get("warnings"):
+            out.setdefault("warnings", response["warnings"])
+        return out

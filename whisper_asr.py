@@ -40,6 +40,7 @@ class AsrResult:
     language: Optional[str]
     # word timestamps from the alignment heads (cross-attention DTW); None when not computed
     words: Optional[list[AsrChunk]] = None
+    assisted: bool = False  # whether the assistant model drafted the tokens
 
 
 def _pipeline_class():
@@ -153,7 +154,8 @@ class WhisperTranscriber:
                                  languages=self.languages if self.multilingual else frozenset({"en"}),
                                  has_diarization=has_diarization)
 
-    def generate_kwargs(self, cfg: InferenceConfig, language: Optional[str] = None) -> dict:
+    def generate_kwargs(self, cfg: InferenceConfig, language: Optional[str] = None,
+                        assisted: bool = False) -> dict:
         kwargs: dict[str, Any] = {"num_beams": 1, "do_sample": False}
         if self.multilingual:
             kwargs["task"] = cfg.task
@@ -176,7 +178,7 @@ class WhisperTranscriber:
 
             ids = self.processor.tokenizer.get_prompt_ids(cfg.prompt, return_tensors="np")
             kwargs["prompt_ids"] = torch.as_tensor(ids, device=self.device)
-        if cfg.assisted:
+        if assisted:
             kwargs["assistant_model"] = self.assistant
         return kwargs
 
@@ -196,14 +198,15 @@ class WhisperTranscriber:
         # audio that fits one window is decoded whole: chunking it would cut a short file into
         # overlapping windows whose merge can repeat or lose words at the seams
         chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE
-        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.effective_batch_size} \
+        assisted = cfg.use_assistant(len(audio) / SAMPLE_RATE, self.assistant is not None)
+        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.batch_size_for(assisted)} \
             if chunked else {}
         with torch.inference_mode():
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
                 **window,
                 return_timestamps="word" if words_mode else True,
-                generate_kwargs=self.generate_kwargs(cfg, language),
+                generate_kwargs=self.generate_kwargs(cfg, language, assisted),
             )
         segments = out.get("segments") if words_mode else out.get("chunks")
         chunks = [_chunk(c) for c in segments or []]
@@ -212,7 +215,8 @@ class WhisperTranscriber:
         words = [_chunk(c) for c in out.get("chunks") or []] if words_mode else None
         if not self.multilingual:
             language = "en"
-        return AsrResult(text=out.get("text", ""), chunks=chunks, language=language, words=words)
+        return AsrResult(text=out.get("text", ""), chunks=chunks, language=language, words=words,
+                         assisted=assisted)
 
     def detect_language(self, audio: np.ndarray) -> Optional[str]:
         """Whisper's language detection on the first 30 s."""

@@ -99,7 +99,7 @@ def worker_handler(spec: dict) -> dict:
     timers.patch(handler_mod, "rename_speakers", "alignment")
     timers.patch(h.asr, "transcribe", "asr")
     model = h.asr.model
-    timers.patch(h.asr.processor.feature_extractor, "__call__", "asr.features")
+    timers.patch(type(h.asr.processor.feature_extractor), "__call__", "asr.features")
     timers.patch(model.model.encoder, "forward", "asr.encoder")
     timers.patch(model.model.decoder, "forward", "asr.decoder")
     timers.patch(model, "_extract_token_timestamps", "asr.word_dtw")

@@ -120,14 +120,21 @@ def instrument_asr(timers: Timers, asr) -> None:
     from transformers.generation import logits_process
 
     model = asr.model
-    timers.patch(asr.pipe, "preprocess", "asr.pipeline_preprocess(features)")
-    timers.patch(asr.processor.feature_extractor, "__call__", "asr.feature_extractor")
+    timers.patch(type(asr.processor.feature_extractor), "__call__", "asr.feature_extractor")
     timers.patch(model, "generate", "asr.generate")
     timers.patch(model.model.encoder, "forward", "asr.encoder")
     timers.patch(model.model.decoder, "forward", "asr.decoder_layers")
     timers.patch(model.proj_out, "forward", "asr.lm_head")
     timers.patch(model, "_extract_token_timestamps", "asr.word_dtw")
     timers.patch(logits_process.LogitsProcessorList, "__call__", "asr.logits_processors")
+    for name in dir(logits_process):  # each processor class on its own (class-level patch)
+        cls = getattr(logits_process, name)
+        if (isinstance(cls, type) and issubclass(cls, logits_process.LogitsProcessor)
+                and "__call__" in cls.__dict__ and cls is not logits_process.LogitsProcessor):
+            timers.patch(cls, "__call__", f"asr.lp.{name}")
+    from transformers.generation import stopping_criteria
+
+    timers.patch(stopping_criteria.StoppingCriteriaList, "__call__", "asr.stopping_criteria")
     timers.patch(asr.pipe, "postprocess", "asr.pipeline_postprocess(tokens->text,words)")
 
 
@@ -167,12 +174,14 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
     dec_steps = calls.get("asr.decoder_layers", 0)
     gen = st.get("asr.generate", 0)
     inner = sum(st.get(k, 0) for k in ("asr.encoder", "asr.decoder_layers", "asr.lm_head",
-                                       "asr.logits_processors", "asr.word_dtw"))
+                                       "asr.logits_processors", "asr.word_dtw",
+                                       "asr.stopping_criteria"))
+    st["asr.feature_extractor"] = st.get("asr.feature_extractor", 0.0)
     asr = {"total_s": total, "wer": wer(ref, text), "attn": attn_impl(h.asr.model),
            "decoder_steps": dec_steps,
            "decoder_ms_per_step": 1000 * st.get("asr.decoder_layers", 0) / dec_steps if dec_steps else None,
            "parts_s": st, "generate_other_s": gen - inner,
-           "outside_generate_s": total - gen - st.get("asr.pipeline_preprocess(features)", 0)
+           "outside_generate_s": total - gen - st.get("asr.feature_extractor", 0)
            - st.get("asr.pipeline_postprocess(tokens->text,words)", 0)}
     timers.unpatch()
     out["asr"] = asr
@@ -423,6 +432,8 @@ def report(doc: dict) -> str:
                 lines.append(f"| {k} | {v:.3f} | {100 * v / a['total_s']:.0f} % |")
             lines.append(f"| generate: other (loop, cache, stopping) | {a['generate_other_s']:.3f} | "
                          f"{100 * a['generate_other_s'] / a['total_s']:.0f} % |")
+            lines.append(f"| outside generate (pipeline chunking, detect_language, ...) | "
+                         f"{a['outside_generate_s']:.3f} | {100 * a['outside_generate_s'] / a['total_s']:.0f} % |")
             d = b["diarization"]
             lines.append(f"\nDiarization alone (30 s): {d['total_s']:.2f} s, peak RSS "
                          f"+{fmt(d['peak_rss_over_before_mb'], 0)} MB\n")

@@ -43,7 +43,8 @@ import soundfile as sf
 from audio_decode import SAMPLE_RATE, decode_audio, resample
 from metrics import aligned_pairs, normalize_text, normalize_word
 
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
+PIECES_VERSION = "1"
 LIBRIVOX_IDS = ["0870", "0880", "0890", "0920", "0930"]
 _LIBRIVOX_PREFIX = "sense_and_sensibility_01_austen_64kb-"
 
@@ -101,7 +102,11 @@ DIALOGUES = [
                  ("A", "Oh no."), ("B", "I can print them again tonight."),
                  ("A", "Thanks. That would help a lot."), ("B", "No problem."),
                  ("A", "What time works for you?"), ("B", "After lunch, I think."),
-                 ("A", "Perfect."), ("B", "See you then."), ("A", "Bye.")]),
+                 ("A", "Perfect."), ("B", "See you then."),
+                 ("B", "Oh, wait. Should I bring my laptop too?"), ("A", "Yes, please. And the charger."),
+                 ("B", "Got it."), ("A", "Do you know if Sam is coming?"), ("B", "I don't think so."),
+                 ("A", "Too bad."), ("B", "Maybe next time."), ("A", "Okay. See you on Friday."),
+                 ("B", "Bye.")]),
     dict(id="d3", seed=303,
          description="3 speakers: reader, same reader pitch-shifted -350 cents, espeak-ng (en-gb-x-rp+f4)",
          speakers={"A": ("reader", 0), "B": ("reader", -350), "C": ("tts", "en-gb-x-rp+f4", 160)},
@@ -128,19 +133,25 @@ DIALOGUES = [
                  ("C", "Just one thing. The parking lot will be closed on Saturday morning."),
                  ("B", "Oh, good to know."), ("A", "Okay, thanks everyone.")]),
     dict(id="d5", seed=505,
-         description="2 speakers, long (> 2 Whisper windows): reader pitch-shifted +250 cents + espeak-ng (en-us+m3)",
-         speakers={"A": ("reader", 250), "B": ("tts", "en-us+m3", 160)},
+         description="3 speakers, long (> 2 Whisper windows): reader pitch-shifted +250 cents, "
+                     "espeak-ng en-us+m3 and en-gb-scotland+m2",
+         speakers={"A": ("reader", 250), "B": ("tts", "en-us+m3", 160),
+                   "C": ("tts", "en-gb-scotland+m2", 170)},
          gap=(0.0, 0.4), overlap_prob=0.0, listener="B", backchannel_prob=0.4,
          script=[("B", "Welcome back to the book club. Today we are looking at the opening chapter "
                        "of Sense and Sensibility. Could you read the passage about John Dashwood?"),
                  ("A", "@0870"), ("B", "So he is thinking about money already."), ("A", "@0880"),
-                 ("B", "That sounds generous."), ("A", "@0890"),
-                 ("B", "Oh, that changes things. What does the narrator say about his wife?"),
+                 ("C", "That sounds generous."), ("A", "@0890"),
+                 ("C", "Oh, that changes things. What does the narrator say about his wife?"),
                  ("A", "@0920"), ("B", "Interesting."), ("A", "@0930"),
                  ("B", "I like how the narrator is polite and cruel at the same time."),
-                 ("B", "Should we move on to the sisters next week? I think they are the heart of "
-                       "the story."),
-                 ("B", "Great. Thanks for coming, everyone. See you next week.")]),
+                 ("C", "I agree. Every compliment comes with a small knife."),
+                 ("B", "That is a good way to put it."),
+                 ("C", "And his wife is even worse, if I remember correctly."),
+                 ("B", "She is. We will see that in the next chapter."),
+                 ("C", "Should we move on to the sisters next week?"),
+                 ("B", "Yes. I think they are the heart of the story."), ("C", "Great."),
+                 ("B", "Thanks for coming, everyone. See you next week.")]),
 ]
 
 
@@ -414,8 +425,39 @@ def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path) -> 
                     spec["description"])
 
 
+def cached_librivox_pieces(models_dir: Path, cache_dir: Path,
+                           transcribe_factory: Callable[[], Transcribe], rebuild: bool, log=print
+                           ) -> dict[str, list[dict]]:
+    """:func:`librivox_pieces`, computed once (it runs Whisper base some 30 times) and kept as
+    float WAVs + JSON under ``cache_dir``."""
+    clips = [models_dir / "audio" / "librivox" / f"{_LIBRIVOX_PREFIX}{c}.wav" for c in LIBRIVOX_IDS]
+    h = hashlib.sha1(PIECES_VERSION.encode())
+    for c in clips:
+        h.update(c.read_bytes())
+    key = h.hexdigest()[:10]
+    folder = cache_dir / "data" / f"librivox-{key}"
+    index = folder / "pieces.json"
+    if index.is_file() and not rebuild:
+        meta = json.loads(index.read_text())
+        return {clip: [{"audio": sf.read(str(folder / p["file"]), dtype="float32")[0],
+                        "text": p["text"], "span": p["span"]} for p in ps]
+                for clip, ps in meta.items()}
+    log("cutting LibriVox clips into phrases (verified with Whisper base)...")
+    pieces = librivox_pieces(models_dir, transcribe_factory(), log=log)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {}
+    for clip, ps in pieces.items():
+        meta[clip] = []
+        for n, p in enumerate(ps):
+            name = f"{clip}-{n}.wav"
+            sf.write(str(folder / name), p["audio"], SAMPLE_RATE, subtype="FLOAT")
+            meta[clip].append({"file": name, "text": p["text"], "span": p["span"]})
+    index.write_text(json.dumps(meta, indent=1))
+    return pieces
+
+
 def _spec_hash() -> str:
-    blob = json.dumps([GENERATOR_VERSION, DIALOGUES, BACKCHANNELS, TARGET_RMS, NOISE_RMS],
+    blob = json.dumps([GENERATOR_VERSION, PIECES_VERSION, DIALOGUES, BACKCHANNELS, TARGET_RMS, NOISE_RMS],
                       sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
@@ -431,8 +473,8 @@ def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callabl
         if all(Path(d.audio).is_file() for d in dialogues):
             return files + dialogues
     out_dir.mkdir(parents=True, exist_ok=True)
-    log(f"building dialogues into {out_dir} (LibriVox cuts verified with Whisper base)...")
-    pieces = librivox_pieces(models_dir, transcribe_factory(), log=log)
+    log(f"building dialogues into {out_dir}...")
+    pieces = cached_librivox_pieces(models_dir, cache_dir, transcribe_factory, rebuild, log)
     dialogues = [build_dialogue(spec, pieces, out_dir) for spec in DIALOGUES]
     manifest.write_text(json.dumps([asdict(d) for d in dialogues], indent=1))
     for d in dialogues:

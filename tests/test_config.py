@@ -23,8 +23,8 @@ def rejects(params, *fragments, caps=MULTI):
 
 def test_defaults():
     cfg = check(None)
-    assert cfg.task == "transcribe" and cfg.language is None and not cfg.assisted
-    assert cfg.effective_batch_size == DEFAULT_BATCH_SIZE and cfg.chunk_length_s == 30
+    assert cfg.task == "transcribe" and cfg.language is None and cfg.assisted == "auto"
+    assert cfg.batch_size_for(False) == DEFAULT_BATCH_SIZE and cfg.chunk_length_s == 30
 
 
 def test_unknown_parameter_names_the_typo_and_the_allowed_names():
@@ -37,7 +37,7 @@ def test_unknown_parameter_names_the_typo_and_the_allowed_names():
     ({"num_speakers": 2.5}, "'num_speakers'"),
     ({"num_speakers": True}, "'num_speakers'"),
     ({"batch_size": "8"}, "'batch_size'"),
-    ({"assisted": "yes"}, "expected true or false"),
+    ({"assisted": "yes"}, "'assisted'"),
     ({"language": 5}, "'language'"),
     ({"chunk_length_s": "30"}, "'chunk_length_s'"),
 ])
@@ -67,8 +67,22 @@ def test_speaker_count_rules():
 def test_assisted_rules():
     rejects({"assisted": True}, "needs an assistant model", "ASSISTANT_MODEL", caps=NO_ASSISTANT)
     rejects({"assisted": True, "batch_size": 8}, "batch_size 1", "batch_size=8")
-    assert check({"assisted": True}).effective_batch_size == 1
-    assert check({"assisted": True, "batch_size": 1}).effective_batch_size == 1
+    assert check({"assisted": True}).batch_size_for(True) == 1
+    assert check({"assisted": True, "batch_size": 1}).batch_size_for(True) == 1
+    rejects({"assisted": "yes"}, "true, false or 'auto'")
+
+
+def test_auto_assisted_decides_by_length():
+    auto = check({})
+    assert auto.use_assistant(8.0, has_assistant=True)
+    assert auto.use_assistant(30.0, has_assistant=True)
+    assert not auto.use_assistant(30.5, has_assistant=True)  # several windows: batched wins
+    assert not auto.use_assistant(8.0, has_assistant=False)
+    assert not check({"batch_size": 8}).use_assistant(8.0, has_assistant=True)
+    assert not check({"temperature": 0.3}).use_assistant(8.0, has_assistant=True)
+    assert check({"assisted": "auto"}, NO_ASSISTANT).assisted == "auto"  # fine without assistant
+    assert check({"assisted": True}).use_assistant(600.0, has_assistant=True)
+    assert not check({"assisted": False}).use_assistant(8.0, has_assistant=True)
 
 
 @pytest.mark.parametrize("given,code", [("en", "en"), ("English", "en"), ("french", "fr"), ("<|de|>", "de"),

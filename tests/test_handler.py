@@ -67,7 +67,7 @@ def test_word_timestamps_on_request(handler, speech_like_wav):
 
 
 def test_assisted_equals_plain_greedy(handler, speech_like_wav):
-    plain = handler({"inputs": b64(speech_like_wav), "parameters": {"batch_size": 1}})
+    plain = handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": False}})
     assisted = handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": True}})
     assert assisted["text"] == plain["text"] and assisted["chunks"] == plain["chunks"]
 
@@ -79,17 +79,25 @@ def test_assistant_is_really_used(handler, speech_like_wav):
         handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": True}})
         assert calls, "assisted=true must run the assistant (num_beams=1, decoder-only assistant)"
         calls.clear()
-        handler({"inputs": b64(speech_like_wav)})
+        handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": False}})
         assert not calls, "plain decoding must not run the assistant"
+        handler({"inputs": b64(speech_like_wav)})
+        assert calls, "assisted='auto' (the default) uses the assistant for audio that fits one window"
     finally:
         hook.remove()
 
 
 def test_long_audio_is_chunked_and_batched(handler):
     audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
-    r = handler({"inputs": b64(encode(audio)), "parameters": {"batch_size": 2, "chunk_length_s": 10}})
+    calls = []
+    hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        r = handler({"inputs": b64(encode(audio)), "parameters": {"batch_size": 2, "chunk_length_s": 10}})
+    finally:
+        hook.remove()
     assert_schema(r)
     assert abs(r["duration"] - 32.0) < 0.01
+    assert not calls, "assisted='auto' decodes audio longer than a window batched, without the assistant"
 
 
 @pytest.mark.parametrize("params,fragment", [

@@ -36,8 +36,8 @@ def test_config_accepts_or_explains(params, has_assistant, multilingual):
         assert cfg.min_speakers is None and cfg.max_speakers is None
     if cfg.min_speakers and cfg.max_speakers:
         assert cfg.min_speakers <= cfg.max_speakers
-    if cfg.assisted:
-        assert has_assistant and cfg.effective_batch_size == 1
+    if cfg.assisted is True:
+        assert has_assistant and cfg.batch_size_for(True) == 1
     if not multilingual:
         assert cfg.task == "transcribe" and cfg.language in (None, "en")
 
