@@ -184,15 +184,41 @@ def merge_by_speaker(pieces: Sequence[Piece]) -> list[Piece]:
 SENTENCE_END = (".", "?", "!", "。", "？", "！", "…")
 
 
-def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool = True
-                    ) -> list[Piece]:
-    """Speaker per word (largest overlap, else nearest turn), then optional smoothing of
+def tidy_word_times(words: Sequence[Piece], cap: float = 0.7) -> list[Piece]:
+    """Trim words that cross-attention timing stretched over a pause, as OpenAI's Whisper does
+    (``add_word_timestamps``): DTW tends to glue leading silence onto the first word of a window
+    (a "Hello" timed 0.0-6.98 s when it is spoken at 6.7 s) and trailing silence onto the word
+    that ends a sentence. Such a word at a sentence boundary (the first word, a word after a
+    sentence end, or a word ending one) is cut to twice the median word duration (median capped
+    at ``cap`` seconds), keeping its edge that touches speech. Other words are left alone."""
+    durations = sorted(w.end - w.start for w in words if w.end > w.start)
+    if not durations:
+        return list(words)
+    median = min(durations[len(durations) // 2], cap)
+    longest = 2 * median
+    out = []
+    for i, w in enumerate(words):
+        start, end = w.start, w.end
+        if end - start > longest:
+            starts_sentence = i == 0 or words[i - 1].text.strip().endswith(SENTENCE_END)
+            if starts_sentence:
+                start = end - longest
+            elif w.text.strip().endswith(SENTENCE_END):
+                end = start + longest
+        out.append(Piece(w.text, start, end, w.speaker))
+    return out
+
+
+def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool = True,
+                    tidy: bool = True) -> list[Piece]:
+    """Speaker per word (largest overlap, else nearest turn), after :func:`tidy_word_times`
+    unless ``tidy=False``, then optional smoothing of
     one-word blips: a single word whose speaker differs from both neighbours, who agree, moves
     to the neighbours' speaker only when the evidence for its own speaker is weak -- it overlaps
     that speaker's turns for less than half its duration (or not at all) -- and the word does
     not end or start a sentence (a real one-word reply such as "Yes." keeps its speaker)."""
     index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
-    out = assign_speakers(words, index)
+    out = assign_speakers(tidy_word_times(words) if tidy else words, index)
     if not smooth or len(out) < 3 or not len(index):
         return out
     for i in range(1, len(out) - 1):

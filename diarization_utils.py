@@ -25,7 +25,7 @@ from typing import Any, Optional
 import numpy as np
 
 from alignment import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, merge_by_speaker,
-                       resolve_times, split_segments)
+                       resolve_times, split_segments, tidy_word_times)
 from audio_decode import SAMPLE_RATE, decode_audio
 
 logger = logging.getLogger(__name__)
@@ -222,9 +222,9 @@ def build_response(text: str, segments: list[tuple[str, Optional[float], Optiona
     index = SpeakerIndex(turns or [])
     if words is not None:
         spans = resolve_times([(s, e) for _, s, e in words], duration)
-        pieces = [Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)]
+        pieces = tidy_word_times([Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)])
         if diarized:
-            pieces = attribute_words(pieces, index)
+            pieces = attribute_words(pieces, index, tidy=False)
         groups = [g for g in split_segments([t for t, _, _ in segments], pieces) if g.words]
         chunks = []
         for g in groups:

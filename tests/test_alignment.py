@@ -159,3 +159,28 @@ def test_split_segments_keeps_every_word_in_order():
     # texts that disagree (should not happen): nothing is lost, leftovers join the last segment
     segs = split_segments([" a"], words)
     assert "".join(s.text for s in segs) == " a b c d"
+
+
+def test_tidy_trims_words_stretched_over_pauses():
+    from alignment import tidy_word_times
+
+    words = [Piece(" Hello.", 0.0, 6.98), Piece(" Oh,", 8.4, 8.7), Piece(" hello.", 8.7, 9.0),
+             Piece(" I", 9.0, 9.1), Piece(" knew", 9.1, 9.4), Piece(" it.", 9.4, 12.0),
+             Piece(" Then", 12.0, 12.3), Piece(" a", 12.3, 14.0), Piece(" b", 14.0, 14.3)]
+    out = tidy_word_times(words)
+    median = 0.3
+    # first word: cut from the left (speech is at its end), the sentence end from the right
+    assert out[0].end == 6.98 and abs(out[0].start - (6.98 - 2 * median)) < 1e-9
+    assert out[5].start == 9.4 and abs(out[5].end - (9.4 + 2 * median)) < 1e-9
+    # a long word inside a sentence keeps its times; normal words are untouched
+    assert (out[7].start, out[7].end) == (12.3, 14.0)
+    assert [(w.start, w.end) for w in out[1:5]] == [(w.start, w.end) for w in words[1:5]]
+    assert [w.text for w in out] == [w.text for w in words]
+
+
+def test_tidy_moves_a_stretched_first_word_to_the_right_speaker():
+    # Whisper timed "Hello." 0-6.98 s; it is spoken at 6.7 s inside B's turn, after A's noise turn
+    t = turns((0.5, 1.0, A), (6.6, 7.2, B))
+    word = [Piece(" Hello.", 0.0, 6.98), Piece(" Hi.", 7.6, 8.0), Piece(" there", 8.0, 8.3)]
+    assert attribute_words(word, t, tidy=False)[0].speaker == A
+    assert attribute_words(word, t)[0].speaker == B

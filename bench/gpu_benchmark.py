@@ -1,0 +1,554 @@
+"""GPU benchmark with random-weight Whisper large-v3 / distil-large-v3 and pyannote (issue 4, part 3).
+
+No hub, no checkpoints: the architectures are built from their shapes with random weights, and
+every measurement fixes the number of generated tokens (random weights would otherwise stop at
+random places), so the numbers are the cost of the architecture, not of a transcript.
+
+    python bench/gpu_benchmark.py                      # on a GPU: fits in about 10 minutes
+    python bench/gpu_benchmark.py --smoke              # tiny shapes; runs on CPU in ~1 minute
+    python bench/gpu_benchmark.py --sections encoder,decode --compile
+
+Sections (each skipped when the time budget is spent; JSON is rewritten after each):
+
+* encoder  -- encoder ms per 30 s window at batch 1 and throughput at batch 8/16/24.
+* decode   -- decoder ms/token at batch 1: a bare KV-cache loop (model cost) and ``generate()``
+              (what the endpoint pays, with Whisper's logits processors).
+* batch    -- ``generate()`` at batch 8/16/24: windows/s, tokens/s, audio seconds per second.
+* static   -- ``generate()`` with a static cache; on CUDA transformers compiles the decoder step
+              (torch.compile) automatically -- first call (compile) and steady state. Only with
+              --compile (compilation takes minutes for large-v3).
+* assisted -- speculative decoding: large-v3 with itself as assistant (every draft token accepted:
+              the acceptance upper bound) and with the random distil-large-v3 decoder (nearly none
+              accepted: the lower bound), plus the per-call costs and a projection of ms/token at
+              acceptance rates 0.6-0.9 for 1-6 draft tokens.
+* pyannote -- the speaker-diarization-3.1 pipeline layout with random PyanNet + WeSpeaker
+              ResNet34 (tests/tiny_models.py) on synthetic audio: real-time factor for embedding /
+              segmentation batch sizes.
+
+Results: $OUT/gpu_benchmark.json and .md when $OUT is set (the device runner), else bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+SHAPES = {
+    # name: d_model, encoder layers, decoder layers, heads, ffn, mel bins, vocab
+    "large-v3": dict(d_model=1280, encoder_layers=32, decoder_layers=32, heads=20, ffn=5120,
+                     num_mel_bins=128, vocab_size=51866),
+    "distil-large-v3": dict(d_model=1280, encoder_layers=32, decoder_layers=2, heads=20, ffn=5120,
+                            num_mel_bins=128, vocab_size=51866),
+    # --smoke: same code paths, tiny tensors
+    "smoke-main": dict(d_model=64, encoder_layers=2, decoder_layers=4, heads=4, ffn=128,
+                       num_mel_bins=128, vocab_size=51866),
+    "smoke-distil": dict(d_model=64, encoder_layers=2, decoder_layers=1, heads=4, ffn=128,
+                         num_mel_bins=128, vocab_size=51866),
+}
+SECTIONS = ("encoder", "decode", "batch", "static", "assisted", "pyannote")
+
+# large-v3's special tokens (vocabulary of 51866)
+EOT, SOT, EN, TRANSCRIBE, NO_TIMESTAMPS = 50257, 50258, 50259, 50360, 50364
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+def sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device, warmup: int = 1, iters: int = 3) -> tuple[float, object]:
+    """Median seconds of ``iters`` calls after ``warmup`` calls."""
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    sync(device)
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        out = fn()
+        sync(device)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return times[len(times) // 2], out
+
+
+# --------------------------------------------------------------------------- models
+
+
+def build_whisper(name: str, device, dtype, attn: str = "sdpa"):
+    """A random-weight WhisperForConditionalGeneration with ``name``'s shapes, on ``device``."""
+    import torch
+    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
+
+    s = SHAPES[name]
+    config = WhisperConfig(
+        vocab_size=s["vocab_size"], num_mel_bins=s["num_mel_bins"], d_model=s["d_model"],
+        encoder_layers=s["encoder_layers"], decoder_layers=s["decoder_layers"],
+        encoder_attention_heads=s["heads"], decoder_attention_heads=s["heads"],
+        encoder_ffn_dim=s["ffn"], decoder_ffn_dim=s["ffn"], max_source_positions=1500,
+        max_target_positions=448, pad_token_id=EOT, bos_token_id=EOT, eos_token_id=EOT,
+        decoder_start_token_id=SOT, suppress_tokens=[], begin_suppress_tokens=[220, EOT],
+    )
+    config._attn_implementation = attn
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = WhisperForConditionalGeneration(config)
+    model = model.to(dtype).eval()
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=SOT, eos_token_id=EOT, pad_token_id=EOT, bos_token_id=EOT,
+        max_length=448, no_timestamps_token_id=NO_TIMESTAMPS, is_multilingual=False,
+        suppress_tokens=[], begin_suppress_tokens=[220, EOT], num_beams=1, do_sample=False,
+        alignment_heads=[[s["decoder_layers"] - 1, 0]],
+    )
+    return model
+
+
+def causal_lm_from(model, share: bool = True):
+    """The decoder of ``model`` as a WhisperForCausalLM assistant (what whisper_asr.py loads), sharing
+    its modules (no copy)."""
+    from transformers import WhisperForCausalLM
+
+    import torch
+
+    with torch.device("meta"):
+        lm = WhisperForCausalLM(model.config)
+    lm.model.decoder = model.model.decoder
+    lm.proj_out = model.proj_out
+    lm.generation_config = model.generation_config
+    return lm.eval()
+
+
+def features(model, batch: int, device, dtype):
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(batch)
+    x = torch.randn(batch, model.config.num_mel_bins, 3000, generator=g)
+    return x.to(device=device, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def sec_encoder(models, args, device, dtype, budget) -> dict:
+    import torch
+
+    out = {}
+    for name, model in models.items():
+        r = {}
+        for b in [1] + args.batch_sizes:
+            if budget.left() < 20:
+                r[f"batch_{b}"] = "skipped (time budget)"
+                continue
+            x = features(model, b, device, dtype)
+            with torch.inference_mode():
+                t, _ = timed(lambda: model.model.encoder(x), device, warmup=1, iters=args.iters)
+            r[f"batch_{b}"] = {"ms_per_call": 1000 * t, "ms_per_window": 1000 * t / b,
+                               "windows_per_s": b / t}
+            log(f"encoder {name} batch {b}: {1000 * t / b:.1f} ms/window")
+        out[name] = r
+    return out
+
+
+def decode_loop(model, enc, n_tokens: int, device):
+    """Bare greedy decoding with an encoder-decoder KV cache: 4 prompt tokens, then n_tokens steps."""
+    import torch
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    b = enc.shape[0]
+    ids = torch.tensor([[SOT, EN, TRANSCRIBE, NO_TIMESTAMPS]], device=device).expand(b, -1)
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    out = model(encoder_outputs=(enc,), decoder_input_ids=ids, past_key_values=cache, use_cache=True)
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    for _ in range(n_tokens - 1):
+        out = model(encoder_outputs=(enc,), decoder_input_ids=nxt, past_key_values=out.past_key_values,
+                    use_cache=True)
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    return nxt
+
+
+def gen_kwargs(n_tokens: int) -> dict:
+    # fixed token count: EOS is masked until n_tokens are out
+    return {"max_new_tokens": n_tokens, "min_new_tokens": n_tokens, "num_beams": 1, "do_sample": False,
+            "return_timestamps": False}
+
+
+def sec_decode(models, args, device, dtype, budget) -> dict:
+    import torch
+
+    out = {}
+    n = args.tokens
+    for name, model in models.items():
+        if budget.left() < 30:
+            out[name] = "skipped (time budget)"
+            continue
+        x = features(model, 1, device, dtype)
+        with torch.inference_mode():
+            enc = model.model.encoder(x).last_hidden_state
+            t_loop, _ = timed(lambda: decode_loop(model, enc, n, device), device, iters=args.iters)
+            t_gen, seq = timed(lambda: model.generate(x, **gen_kwargs(n)), device, iters=args.iters)
+            t_enc, _ = timed(lambda: model.model.encoder(x), device, iters=args.iters)
+        generated = seq.shape[-1] if hasattr(seq, "shape") else None
+        out[name] = {"tokens": n, "loop_ms_per_token": 1000 * t_loop / n,
+                     "generate_s": t_gen, "generate_sequence_length": generated,
+                     "generate_ms_per_token_excl_encoder": 1000 * (t_gen - t_enc) / n,
+                     "encoder_ms": 1000 * t_enc}
+        log(f"decode {name}: loop {1000 * t_loop / n:.2f} ms/token, generate "
+            f"{1000 * (t_gen - t_enc) / n:.2f} ms/token (+{1000 * t_enc:.1f} ms encoder)")
+    return out
+
+
+def sec_batch(models, args, device, dtype, budget) -> dict:
+    import torch
+
+    out = {}
+    n = args.tokens
+    for name, model in models.items():
+        r = {}
+        for b in args.batch_sizes:
+            if budget.left() < 40:
+                r[f"batch_{b}"] = "skipped (time budget)"
+                continue
+            x = features(model, b, device, dtype)
+            with torch.inference_mode():
+                t, _ = timed(lambda: model.generate(x, **gen_kwargs(n)), device, warmup=1,
+                             iters=max(1, args.iters - 1))
+            r[f"batch_{b}"] = {"s_per_call": t, "windows_per_s": b / t, "tokens_per_s": b * n / t,
+                               "audio_s_per_s": 30 * b / t}
+            if device.type == "cuda":
+                r[f"batch_{b}"]["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+            log(f"batch {name} {b}: {b / t:.2f} windows/s ({30 * b / t:.0f}x real time at {n} tokens/window)")
+        out[name] = r
+    return out
+
+
+def sec_static(models, args, device, dtype, budget) -> dict:
+    """Static cache (+ automatic torch.compile of the decoder step on CUDA)."""
+    import torch
+
+    out = {}
+    n = args.tokens
+    name, model = next(iter(models.items()))
+    if budget.left() < 120:
+        return {"skipped": "time budget"}
+    x = features(model, 1, device, dtype)
+    kw = gen_kwargs(n)
+    r = {}
+    try:
+        with torch.inference_mode():
+            for label, extra in (("static, compile off", {"cache_implementation": "static",
+                                                          "disable_compile": True}),
+                                 ("static, auto-compile", {"cache_implementation": "static"})):
+                if budget.left() < 90:
+                    r[label] = "skipped (time budget)"
+                    continue
+                t0 = time.perf_counter()
+                model.generate(x, **kw, **extra)  # first call: cache allocation / compilation
+                sync(device)
+                first = time.perf_counter() - t0
+                t, _ = timed(lambda: model.generate(x, **kw, **extra), device, warmup=1, iters=args.iters)
+                r[label] = {"first_call_s": first, "steady_s": t, "ms_per_token_incl_encoder": 1000 * t / n}
+                log(f"static {name} {label}: first {first:.1f} s, steady {1000 * t / n:.2f} ms/token")
+            t, _ = timed(lambda: model.generate(x, **kw), device, iters=args.iters)
+            r["dynamic cache (default)"] = {"steady_s": t, "ms_per_token_incl_encoder": 1000 * t / n}
+    except Exception as exc:  # report, do not abort the other sections
+        r["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log("static:", r["error"])
+    out[name] = r
+    return out
+
+
+def sec_assisted(models, args, device, dtype, budget) -> dict:
+    import torch
+
+    names = list(models)
+    main_name, distil_name = names[0], names[1]
+    main, distil = models[main_name], models[distil_name]
+    n = args.tokens
+    x = features(main, 1, device, dtype)
+    out = {"tokens": n}
+    self_asst = causal_lm_from(main)
+    distil_asst = causal_lm_from(distil)
+    with torch.inference_mode():
+        t_plain, _ = timed(lambda: main.generate(x, **gen_kwargs(n)), device, iters=args.iters)
+        out["plain_s"] = t_plain
+        out["plain_ms_per_token"] = 1000 * t_plain / n
+        for label, asst in (("self (all accepted: upper bound)", self_asst),
+                            ("random distil (few accepted: lower bound)", distil_asst)):
+            if budget.left() < 40:
+                out[label] = "skipped (time budget)"
+                continue
+            try:
+                t, _ = timed(lambda: main.generate(x, assistant_model=asst, **gen_kwargs(n)), device,
+                             iters=args.iters)
+                out[label] = {"s": t, "ms_per_token": 1000 * t / n, "speedup_vs_plain": t_plain / t}
+                log(f"assisted {label}: {1000 * t / n:.2f} ms/token ({t_plain / t:.2f}x plain)")
+            except Exception as exc:
+                out[label] = f"error {type(exc).__name__}: {str(exc)[:300]}"
+                log("assisted:", out[label])
+
+        # per-call costs: main model verifying k+1 tokens, assistant drafting one token
+        enc = main.model.encoder(x).last_hidden_state
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        def prefilled(model, length=64):
+            cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+            ids = torch.full((1, length), 400, device=device)
+            model(encoder_outputs=(enc,), decoder_input_ids=ids, past_key_values=cache, use_cache=True)
+            return cache
+
+        def step(model, k):
+            cache = prefilled(model)
+            ids = torch.full((1, k), 401, device=device)
+
+            def go():
+                cache.crop(64)
+                return model(encoder_outputs=(enc,), decoder_input_ids=ids, past_key_values=cache,
+                             use_cache=True)
+            return go
+
+        costs = {}
+        for k in range(1, 8):
+            costs[f"main_verify_{k}_tokens_ms"] = 1000 * timed(step(main, k), device, warmup=2,
+                                                               iters=args.iters + 2)[0]
+        costs["distil_draft_1_token_ms"] = 1000 * timed(step(distil, 1), device, warmup=2,
+                                                        iters=args.iters + 2)[0]
+        out["call_costs"] = costs
+        # expected tokens per iteration with k drafts at acceptance a: (1 - a^(k+1)) / (1 - a)
+        proj = {}
+        for a in (0.6, 0.7, 0.8, 0.9):
+            best = None
+            for k in range(1, 7):
+                tokens = (1 - a ** (k + 1)) / (1 - a)
+                cost = k * costs["distil_draft_1_token_ms"] + costs[f"main_verify_{k + 1}_tokens_ms"]
+                ms = cost / tokens
+                proj[f"a={a},k={k}"] = ms
+                best = min(best or (ms, k), (ms, k))
+            proj[f"a={a},best"] = {"ms_per_token": best[0], "draft_tokens": best[1],
+                                   "speedup_vs_plain_step": costs["main_verify_1_tokens_ms"] / best[0]}
+        out["projection_ms_per_token"] = proj
+    return out
+
+
+def synthetic_speech(seconds: float, sr: int = 16000, seed: int = 0):
+    """Noise shaped like speech: voiced bursts (harmonics of a wandering pitch) with pauses, two
+    'voices' taking turns. Enough for timing; random weights make the output meaningless anyway."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sr)
+    t = np.arange(n) / sr
+    out = np.zeros(n, np.float32)
+    pos = 0
+    voice = 0
+    while pos < n:
+        dur = int(rng.uniform(0.8, 4.0) * sr)
+        seg = slice(pos, min(n, pos + dur))
+        f0 = (120 if voice else 210) * (1 + 0.1 * np.sin(2 * np.pi * 0.5 * t[seg]))
+        phase = 2 * np.pi * np.cumsum(f0) / sr
+        sig = sum(np.sin(h * phase) / h for h in range(1, 8))
+        env = (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t[seg])) ** 2
+        out[seg] = 0.1 * sig * env + 0.01 * rng.standard_normal(len(sig))
+        pos += dur + int(rng.uniform(0.1, 0.8) * sr)
+        voice = 1 - voice if rng.random() < 0.6 else voice
+    return out
+
+
+def sec_pyannote(args, device, budget) -> dict:
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
+    from tiny_models import build_pyannote_pipeline
+    from pyannote.audio import Pipeline
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-pyannote-"))
+    build_pyannote_pipeline(folder)
+    pipe = Pipeline.from_pretrained(str(folder))
+    pipe.to(device)
+    seconds = args.pyannote_seconds
+    audio = torch.from_numpy(synthetic_speech(seconds))[None]
+    file = {"waveform": audio, "sample_rate": 16000}
+    out = {"audio_s": seconds, "note": "random PyanNet + WeSpeaker ResNet34 (3.1 layout), synthetic audio"}
+    pipe(file)  # warm-up (cuDNN autotuning, lazy init)
+    for emb, seg in args.pyannote_batches:
+        if budget.left() < 20:
+            out[f"emb{emb}_seg{seg}"] = "skipped (time budget)"
+            continue
+        pipe.embedding_batch_size, pipe.segmentation_batch_size = emb, seg
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t, _ = timed(lambda: pipe(file), device, warmup=0, iters=1)
+        r = {"s": t, "rtf": t / seconds}
+        if device.type == "cuda":
+            r["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        out[f"emb{emb}_seg{seg}"] = r
+        log(f"pyannote emb {emb} seg {seg}: {t:.2f} s for {seconds:.0f} s (RTF {t / seconds:.4f})")
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def markdown(doc: dict) -> str:
+    L = [f"GPU benchmark {doc['started']} on {doc['device_name']} ({doc['dtype']}, "
+         f"{'smoke shapes' if doc['smoke'] else 'large-v3 / distil-large-v3 shapes'}, random weights, "
+         f"{doc['tokens']} tokens per window)", ""]
+    r = doc["results"]
+    if "encoder" in r:
+        L += ["| encoder | batch | ms / 30 s window | windows/s |", "|---|---|---|---|"]
+        for name, rows in r["encoder"].items():
+            for b, v in rows.items():
+                if isinstance(v, dict):
+                    L.append(f"| {name} | {b.split('_')[1]} | {v['ms_per_window']:.1f} | {v['windows_per_s']:.1f} |")
+        L.append("")
+    if "decode" in r:
+        L += ["| decoder (batch 1) | loop ms/token | generate() ms/token | encoder ms |", "|---|---|---|---|"]
+        for name, v in r["decode"].items():
+            if isinstance(v, dict):
+                L.append(f"| {name} | {v['loop_ms_per_token']:.2f} | "
+                         f"{v['generate_ms_per_token_excl_encoder']:.2f} | {v['encoder_ms']:.1f} |")
+        L.append("")
+    if "batch" in r:
+        L += ["| generate() | batch | windows/s | tokens/s | x real time |", "|---|---|---|---|---|"]
+        for name, rows in r["batch"].items():
+            for b, v in rows.items():
+                if isinstance(v, dict):
+                    L.append(f"| {name} | {b.split('_')[1]} | {v['windows_per_s']:.2f} | "
+                             f"{v['tokens_per_s']:.0f} | {v['audio_s_per_s']:.0f} |")
+        L.append("")
+    for key in ("static", "assisted", "pyannote"):
+        if key in r:
+            L += [f"{key}:", "```", json.dumps(r[key], indent=1, default=str)[:4000], "```", ""]
+    if doc.get("errors"):
+        L += ["errors:", "```", json.dumps(doc["errors"], indent=1)[:3000], "```"]
+    return "\n".join(L)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes; runs on CPU")
+    ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    ap.add_argument("--dtype", default=None, help="default float16 on GPU, float32 on CPU")
+    ap.add_argument("--sections", default="encoder,decode,batch,assisted,pyannote",
+                    help="comma list of: " + ", ".join(SECTIONS) + " (static needs --compile)")
+    ap.add_argument("--compile", action="store_true", help="add the static-cache / torch.compile section")
+    ap.add_argument("--tokens", type=int, default=None, help="generated tokens per window (default 128, smoke 16)")
+    ap.add_argument("--batch-sizes", default=None, help="default 8,16,24 (smoke 2,4)")
+    ap.add_argument("--iters", type=int, default=None, help="timed iterations (default 3, smoke 2)")
+    ap.add_argument("--budget-s", type=float, default=540, help="stop starting new measurements after this")
+    ap.add_argument("--pyannote-seconds", type=float, default=None, help="default 600 (smoke 30)")
+    ap.add_argument("--out", default=None, help="output folder (default $OUT, else bench/results)")
+    args = ap.parse_args()
+
+    budget = Budget(args.budget_s)
+    import torch
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.float16 if device.type == "cuda" else torch.float32)
+    if args.smoke:
+        names = ["smoke-main", "smoke-distil"]
+        args.tokens = args.tokens or 16
+        args.batch_sizes = [int(b) for b in (args.batch_sizes or "2,4").split(",")]
+        args.iters = args.iters or 2
+        args.pyannote_seconds = args.pyannote_seconds or 30.0
+        args.pyannote_batches = [(32, 32), (8, 8)]
+    else:
+        names = ["large-v3", "distil-large-v3"]
+        args.tokens = args.tokens or 128
+        args.batch_sizes = [int(b) for b in (args.batch_sizes or "8,16,24").split(",")]
+        args.iters = args.iters or 3
+        args.pyannote_seconds = args.pyannote_seconds or 600.0
+        args.pyannote_batches = [(32, 32), (1, 32), (8, 32), (64, 32), (128, 32), (32, 1), (32, 128)]
+    sections = [s for s in args.sections.split(",") if s]
+    if args.compile and "static" not in sections:
+        sections.insert(3, "static")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    out_dir = Path(args.out or os.environ.get("OUT") or (HERE / "results"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc)
+    doc = {"started": started.isoformat(), "argv": sys.argv[1:], "smoke": args.smoke,
+           "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
+           else f"CPU x{os.cpu_count()}", "dtype": str(dtype).removeprefix("torch."),
+           "torch": torch.__version__, "tokens": args.tokens, "results": {}, "errors": {}}
+    try:
+        import transformers
+
+        doc["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    stem = "gpu_benchmark-smoke" if args.smoke else "gpu_benchmark"
+
+    def save():
+        (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out_dir / f"{stem}.md").write_text(markdown(doc))
+
+    models = {}
+    need_whisper = any(s in sections for s in ("encoder", "decode", "batch", "static", "assisted"))
+    if need_whisper:
+        t = time.perf_counter()
+        for name in names:
+            models[name] = build_whisper(name, device, dtype)
+        doc["build_s"] = time.perf_counter() - t
+        log(f"built {', '.join(names)} in {doc['build_s']:.1f} s")
+    fns = {"encoder": lambda: sec_encoder(models, args, device, dtype, budget),
+           "decode": lambda: sec_decode(models, args, device, dtype, budget),
+           "batch": lambda: sec_batch(models, args, device, dtype, budget),
+           "static": lambda: sec_static(models, args, device, dtype, budget),
+           "assisted": lambda: sec_assisted(models, args, device, dtype, budget),
+           "pyannote": lambda: sec_pyannote(args, device, budget)}
+    for s in sections:
+        if s not in fns:
+            doc["errors"][s] = "unknown section"
+            continue
+        if budget.left() < 15:
+            doc["errors"][s] = "skipped: time budget spent"
+            continue
+        log(f"section {s} ({budget.left():.0f} s left)")
+        t = time.perf_counter()
+        try:
+            doc["results"][s] = fns[s]()
+        except Exception as exc:  # keep going: one failing section must not lose the others
+            import traceback
+
+            doc["errors"][s] = f"{type(exc).__name__}: {exc}"[:500]
+            traceback.print_exc()
+        doc.setdefault("section_s", {})[s] = time.perf_counter() - t
+        save()
+    save()
+    print(markdown(doc))
+    log(f"wrote {out_dir / (stem + '.json')}")
+
+
+if __name__ == "__main__":
+    main()
