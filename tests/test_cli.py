@@ -271,6 +271,10 @@ def test_output_names():
         == {"srt": "x.srt", "vtt": "x.vtt", "rttm": "x.rttm", "txt": "x.txt", "diarized_json": "x.json"}
     args = cli.build_parser().parse_args(["transcribe", "-", "-f", "srt", "-d", "out"])
     assert cli.destinations(args, ["srt"]) == {"srt": Path("out") / "stdin.srt"}
+    args = cli.build_parser().parse_args(["transcribe", "talks/a.mp3", "-f", "txt", "-o", "new/"])
+    assert cli.destinations(args, ["txt"]) == {"txt": Path("new") / "a.txt"}  # a trailing / : a directory
+    args = cli.build_parser().parse_args(["transcribe", "a.mp3", "-o", "result.json"])
+    assert cli.destinations(args, ["json"]) == {"json": Path("result.json")}
 
 
 def test_legacy_param_response_format(fake, capsys):
