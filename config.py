@@ -85,6 +85,8 @@ class ModelCapabilities:
     # Whisper language codes the model knows (empty: accept every code Whisper defines)
     languages: frozenset = field(default_factory=frozenset)
     has_diarization: bool = True
+    # transformers 4.51's ASR pipeline crashes on Whisper's no-speech detection (5.x works)
+    no_speech_detection: bool = True
 
 
 def _whisper_languages() -> tuple[dict[str, str], dict[str, str]]:
@@ -179,6 +181,10 @@ class InferenceConfig(BaseModel):
         if not temps or any(not 0 <= t <= 1 for t in temps) or temps != sorted(temps):
             raise ValueError(f"temperature must be a number in [0, 1] or a non-empty increasing list "
                              f"of such numbers, got {self.temperature!r}")
+        if self.no_speech_threshold is not None and not caps.no_speech_detection:
+            raise ValueError("no_speech_threshold is not available on this server: its transformers "
+                             "release cannot run Whisper's no-speech detection in the ASR pipeline "
+                             "(it needs transformers 5); vad_filter (on by default) handles silence")
         if self.no_speech_threshold is not None and self.logprob_threshold is None:
             raise ValueError("no_speech_threshold works together with logprob_threshold: set both "
                              "(e.g. 0.6 and -1.0)")

@@ -328,6 +328,8 @@ async def _json_data(body: bytes, query: dict[str, Any]) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise RequestError(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
                                 f"column {exc.colno}); send {_JSON_SHAPE}") from None
+    except RecursionError:  # a few KB of [[[[...]]]] exhaust the parser's stack: a client error
+        raise RequestError(400, f"the JSON body is nested too deeply; send {_JSON_SHAPE}") from None
     if not isinstance(data, dict):
         kind = {list: "an array", str: "a string", int: "a number", float: "a number",
                 bool: "a boolean", type(None): "null"}.get(type(data), type(data).__name__)
@@ -387,7 +389,7 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
             elif key == "parameters":
                 try:
                     extra = json.loads(value)
-                except ValueError:
+                except (ValueError, RecursionError):
                     extra = None
                 if not isinstance(extra, dict):
                     raise RequestError(400, "the 'parameters' form field must be a JSON object")

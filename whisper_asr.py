@@ -67,6 +67,12 @@ def _pipeline_class():
     return SegmentsAndWordsPipeline
 
 
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
 def _chunk(c: dict) -> AsrChunk:
     start, end = (tuple(c.get("timestamp") or ()) + (None, None))[:2]
     return AsrChunk(c.get("text", ""), start, end)
@@ -152,7 +158,8 @@ class WhisperTranscriber:
         return ModelCapabilities(has_assistant=self.assistant is not None,
                                  multilingual=self.multilingual,
                                  languages=self.languages if self.multilingual else frozenset({"en"}),
-                                 has_diarization=has_diarization)
+                                 has_diarization=has_diarization,
+                                 no_speech_detection=_transformers_major() >= 5)
 
     def generate_kwargs(self, cfg: InferenceConfig, language: Optional[str] = None,
                         assisted: bool = False) -> dict:

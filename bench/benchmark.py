@@ -31,6 +31,12 @@ from common import (BENCH, INPUTS, LONG_INPUTS, MODELS, PIPELINE, RESULTS, SR, T
                     reset_peak_rss, rss_mb, setup_env, wav_bytes, wer)
 
 MODES = ("plain", "assisted", "auto", "fw")
+# process-level settings compared side by side (--variants): name -> (threads or None for --threads, env)
+VARIANTS = {
+    "default": (None, {}),
+    "threads1": (1, {}),
+    "omp-passive": (None, {"OMP_WAIT_POLICY": "PASSIVE"}),
+}
 WARMUP_S = 5.0  # the warm-up request: the input's first seconds (lazy initialisation, eager switch)
 FW_OPTIONS = {"beam_size": 1, "word_timestamps": True, "vad_filter": False}
 
@@ -206,13 +212,14 @@ def run_worker(spec: dict) -> dict:
 def spawn(spec: dict, timeout: float, log_dir: Path) -> dict:
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as tmp:
         out = Path(tmp.name)
-    log = log_dir / f"{spec['input']}-{spec['model']}-{spec['mode']}.log"
+    log = log_dir / f"{spec['input']}-{spec['model']}-{spec['mode']}-{spec['variant']}.log"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(spec),
            "--result-file", str(out)]
+    env = {**os.environ, **spec.get("env", {})}
     t = time.perf_counter()
     try:
         with open(log, "w") as f:
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout, env=env)
         if proc.returncode != 0:
             tail = log.read_text().strip().splitlines()[-3:]
             return {**spec, "error": f"exit {proc.returncode}: {' | '.join(tail)[:400]}"}
@@ -226,20 +233,27 @@ def spawn(spec: dict, timeout: float, log_dir: Path) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    fw = {(r["input"], r["model"]): r for r in results if r.get("mode") == "fw" and "error" not in r}
+    fw = {(r["input"], r["model"], r["variant"]): r for r in results
+          if r.get("mode") == "fw" and "error" not in r}
+    variants = len({r["variant"] for r in results}) > 1
     head = ("| input | dur s | model | mode | decode s | ASR s | diar s | align s | e2e s | RTF "
             "| ASR ours/fw | WER | peak RSS MB | RSS over loaded MB |")
+    if variants:
+        head = head.replace("| mode |", "| mode | variant |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['input']} | | {r['model']} | {r['mode']} | error: {r['error'][:120]} "
-                         "| | | | | | | | | |")
+            lines.append(f"| {r['input']} | | {r['model']} | {r['mode']} |"
+                         + (f" {r['variant']} |" if variants else "")
+                         + f" error: {r['error'][:120]} | | | | | | | | | |")
             continue
         ratio = None
-        ref = fw.get((r["input"], r["model"]))
+        ref = fw.get((r["input"], r["model"], r["variant"]))
         if r["mode"] != "fw" and ref and r.get("asr_s") and ref.get("asr_s"):
             ratio = r["asr_s"] / ref["asr_s"]
         mode = "faster-whisper int8" if r["mode"] == "fw" else r["mode"]
+        if variants:
+            mode += f" | {r['variant']}"
         lines.append(
             f"| {r['input']} | {r['duration_s']:.1f} | {r['model']} | {mode} | {fmt(r['decode_s'], 3)} "
             f"| {fmt(r['asr_s'])} | {fmt(r['diar_s'])} | {fmt(r['align_s'], 3)} | {fmt(r['e2e_s'])} "
@@ -261,6 +275,10 @@ def main() -> None:
                                                          "(the median is reported)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="torch threads / CTranslate2 cpu_threads (default: nproc)")
+    ap.add_argument("--variants", default="default",
+                    help="process settings to compare side by side, comma list of: "
+                         "default (--threads, environment as is), threads1 (1 torch/CTranslate2 thread), "
+                         "omp-passive (OMP_WAIT_POLICY=PASSIVE)")
     ap.add_argument("--no-warmup", action="store_true", help="measure the first request (cold)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     ap.add_argument("--no-results-md", action="store_true", help="do not overwrite bench/results.md")
@@ -278,7 +296,9 @@ def main() -> None:
     models = [m for m in args.models.split(",") if m]
     inputs = [i for i in args.inputs.split(",") if i]
     modes = [m for m in args.modes.split(",") if m]
-    for name, known, what in ((models, MODELS, "model"), (inputs, INPUTS, "input"), (modes, MODES, "mode")):
+    variants = [v for v in args.variants.split(",") if v]
+    for name, known, what in ((models, MODELS, "model"), (inputs, INPUTS, "input"), (modes, MODES, "mode"),
+                              (variants, VARIANTS, "variant")):
         bad = [n for n in name if n not in known]
         if bad:
             ap.error(f"unknown {what}(s) {bad}; known: {', '.join(known)}")
@@ -316,11 +336,14 @@ def main() -> None:
             for mode in modes:
                 if mode in ("assisted", "auto") and not MODELS[model]["assistant"]:
                     continue
-                specs.append({"input": label, "model": model, "mode": mode, "threads": args.threads,
-                              "repeats": args.repeats, "warmup": not args.no_warmup})
+                for variant in variants:
+                    threads, env = VARIANTS[variant]
+                    specs.append({"input": label, "model": model, "mode": mode, "variant": variant,
+                                  "threads": threads or args.threads, "env": env,
+                                  "repeats": args.repeats, "warmup": not args.no_warmup})
     results = []
     for spec in specs:
-        print(f"[{time.strftime('%H:%M:%S')}] {spec['input']} {spec['model']} {spec['mode']} "
+        print(f"[{time.strftime('%H:%M:%S')}] {spec['input']} {spec['model']} {spec['mode']} {spec['variant']} "
               f"(load {loadavg()[0]:.2f}) ...", file=sys.stderr, flush=True)
         r = spawn(spec, args.timeout, log_dir)
         results.append(r)
@@ -340,7 +363,7 @@ def main() -> None:
     header = (f"Run {started.strftime('%Y-%m-%d %H:%M UTC')}: `python bench/benchmark.py "
               f"{' '.join(sys.argv[1:])}`\n\n"
               f"Machine: {mach['nproc']} CPUs ({mach['cpu_model']}), {mach.get('mem_gib', '?')} GiB, "
-              f"torch {mach.get('torch')} ({args.threads} threads), transformers "
+              f"torch {mach.get('torch')} ({args.threads} threads unless the variant says otherwise), transformers "
               f"{mach.get('transformers')}, pyannote.audio {mach.get('pyannote.audio')}, "
               f"faster-whisper {mach.get('faster-whisper')} / ctranslate2 {mach.get('ctranslate2')}.  \n"
               f"Load average (1/5/15 min) at start {load_start}, at end {load_end}.  \n"

@@ -130,15 +130,16 @@ def build_whisper(name: str, device, dtype, attn: str = "sdpa"):
 def causal_lm_from(model, share: bool = True):
     """The decoder of ``model`` as a WhisperForCausalLM assistant (what whisper_asr.py loads), sharing
     its modules (no copy)."""
-    from transformers import WhisperForCausalLM
+    import copy
 
     import torch
+    from transformers import WhisperForCausalLM
 
-    with torch.device("meta"):
-        lm = WhisperForCausalLM(model.config)
+    with torch.device("meta"):  # WhisperForCausalLM sets is_encoder_decoder=False on its config: copy
+        lm = WhisperForCausalLM(copy.deepcopy(model.config))
     lm.model.decoder = model.model.decoder
     lm.proj_out = model.proj_out
-    lm.generation_config = model.generation_config
+    lm.generation_config = copy.deepcopy(model.generation_config)
     return lm.eval()
 
 
@@ -323,9 +324,12 @@ def sec_assisted(models, args, device, dtype, budget) -> dict:
         def step(model, k):
             cache = prefilled(model)
             ids = torch.full((1, k), 401, device=device)
+            grown = [0]
 
             def go():
-                cache.crop(64)
+                if grown[0]:
+                    cache.crop(-grown[0])  # back to the 64 prefilled tokens
+                grown[0] = k
                 return model(encoder_outputs=(enc,), decoder_input_ids=ids, past_key_values=cache,
                              use_cache=True)
             return go

@@ -96,6 +96,47 @@ def attn_impl(model) -> str:
     return f"enc={enc},dec={dec}"
 
 
+class cached_suppress_masks:
+    """Context manager: transformers' SuppressTokensLogitsProcessor and
+    SuppressTokensAtBeginLogitsProcessor rebuild their mask with ``torch.isin(arange(vocab),
+    tokens)`` at *every* decoding step (a sort of the 51k vocabulary, 3 calls per token). This
+    computes each mask once per processor and reuses it; the output is identical."""
+
+    def __enter__(self):
+        import torch
+        from transformers.generation import logits_process as lp
+
+        self.saved = {cls: cls.__dict__["__call__"] for cls in
+                      (lp.SuppressTokensLogitsProcessor, lp.SuppressTokensAtBeginLogitsProcessor)}
+
+        def mask_for(proc, tokens, scores):
+            key = (scores.shape[-1], str(scores.device))
+            cache = proc.__dict__.setdefault("_bench_mask", {})
+            if key not in cache:
+                ids = tokens.to(scores.device)
+                ids = ids[(ids >= 0) & (ids < scores.shape[-1])]
+                mask = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+                mask[ids] = True
+                cache[key] = mask
+            return cache[key]
+
+        def suppress(proc, input_ids, scores):
+            return scores.masked_fill(mask_for(proc, proc.suppress_tokens, scores), -float("inf"))
+
+        def suppress_at_begin(proc, input_ids, scores):
+            if input_ids.shape[-1] != proc.begin_index:
+                return scores
+            return scores.masked_fill(mask_for(proc, proc.begin_suppress_tokens, scores), -float("inf"))
+
+        lp.SuppressTokensLogitsProcessor.__call__ = suppress
+        lp.SuppressTokensAtBeginLogitsProcessor.__call__ = suppress_at_begin
+        return self
+
+    def __exit__(self, *exc):
+        for cls, fn in self.saved.items():
+            cls.__call__ = fn
+
+
 def quantized_copy(model):
     import torch
 
@@ -159,7 +200,8 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
     from diarization_utils import diarize
 
     cfg = asr_config(model)
-    out = {}
+    out = {"threads": args.breakdown_threads}
+    torch.set_num_threads(args.breakdown_threads)
     h.asr.transcribe(audio[: 5 * SR], cfg, word_timestamps=True)  # warm-up (and eager switch)
     timers = Timers()
     instrument_asr(timers, h.asr)
@@ -254,13 +296,18 @@ def section_asr(h, model, audio, ref, args) -> dict:
     stock.config._attn_implementation = "sdpa"  # as loaded
     variants = {}
 
-    def run_with(m, threads=args.threads, words=True, transcriber=None):
+    vt = args.variant_threads
+
+    def run_with(m, threads=vt, words=True, transcriber=None, masks=False):
         def go():
             tr = transcriber or asr
             if transcriber is None:
                 set_model(asr, m)
             torch.set_num_threads(threads)
             try:
+                if masks:
+                    with cached_suppress_masks():
+                        return tr.transcribe(audio, cfg, word_timestamps=words)
                 return tr.transcribe(audio, cfg, word_timestamps=words)
             finally:
                 torch.set_num_threads(args.threads)
@@ -270,16 +317,19 @@ def section_asr(h, model, audio, ref, args) -> dict:
     enc_sdpa = copy.deepcopy(stock)
     encoder_keeps_sdpa(enc_sdpa)
     nowords = copy.deepcopy(stock)
-    variants["stock (word ts; all eager after 1st request)"] = run_with(stock)
+    variants[f"stock (word ts; all eager after 1st request), {vt} thr"] = run_with(stock)
+    for n in sorted({1, args.threads} - {vt}):
+        variants[f"stock, {n} thr"] = run_with(stock, threads=n)
     variants["encoder kept on sdpa (decoder eager)"] = run_with(enc_sdpa)
+    variants["suppress masks cached"] = run_with(stock, masks=True)
+    variants["encoder sdpa + masks cached"] = run_with(enc_sdpa, masks=True)
     variants["no word timestamps (all sdpa)"] = run_with(nowords, words=False)
-    variants[f"stock, 1 thread"] = run_with(stock, threads=1)
     if "int8" in args.asr_variants:
         q = quantized_copy(stock)
         variants["int8 dynamic Linear"] = run_with(q)
         q2 = quantized_copy(enc_sdpa)
         encoder_keeps_sdpa(q2)
-        variants["int8 dynamic Linear + encoder sdpa"] = run_with(q2)
+        variants["int8 + encoder sdpa + masks cached"] = run_with(q2, masks=True)
     if "bf16" in args.asr_variants:
         from config import ModelSettings
 
@@ -319,7 +369,7 @@ def section_diar(h, model, audio, ref, args) -> dict:
     p = h.diarization
     orig = (p.embedding_batch_size, p.segmentation_batch_size)
 
-    def cfg(emb, seg, threads=args.threads):
+    def cfg(emb, seg, threads=args.variant_threads):
         def go():
             p.embedding_batch_size, p.segmentation_batch_size = emb, seg
             torch.set_num_threads(threads)
@@ -330,9 +380,11 @@ def section_diar(h, model, audio, ref, args) -> dict:
                 p.embedding_batch_size, p.segmentation_batch_size = orig
         return go
 
-    variants = {f"emb {e} / seg {s}": cfg(e, s) for e, s in
+    vt = args.variant_threads
+    variants = {f"emb {e} / seg {s}, {vt} thr": cfg(e, s) for e, s in
                 ((32, 32), (1, 32), (8, 32), (64, 32), (32, 1), (32, 8), (32, 64))}
-    variants["emb 32 / seg 32, 1 thread"] = cfg(32, 32, threads=1)
+    for n in sorted({1, args.threads} - {vt}):
+        variants[f"emb 32 / seg 32, {n} thr"] = cfg(32, 32, threads=n)
     diarize(p, audio[: 5 * SR])
     times = {k: [] for k in variants}
     mem, turns = {}, {}
@@ -372,11 +424,13 @@ def section_concurrency(h, model, audio, ref, args) -> dict:
         d = diarize(h.diarization, audio)
         return time.perf_counter() - t, d
 
-    def sequential():
-        a, _ = asr_job(n)
-        d, _ = diar_job(n)
-        torch.set_num_threads(n)
-        return {"asr_s": a, "diar_s": d}
+    def sequential(threads):
+        def go():
+            a, _ = asr_job(threads)
+            d, _ = diar_job(threads)
+            torch.set_num_threads(n)
+            return {"asr_s": a, "diar_s": d}
+        return go
 
     def concurrent(asr_threads, diar_threads):
         def go():
@@ -388,12 +442,12 @@ def section_concurrency(h, model, audio, ref, args) -> dict:
             return {"asr_s": a, "diar_s": d}
         return go
 
-    variants = {"sequential (ASR then diarization)": sequential,
-                f"thread, {n}+{n} threads (handler now)": concurrent(n, n)}
+    variants = {f"sequential, {n} thr": sequential(n),
+                f"thread beside ASR, {n}+{n} thr (handler now)": concurrent(n, n)}
     if n > 1:
         half = max(1, n // 2)
-        variants[f"thread, {n - half}+{half} threads"] = concurrent(n - half, half)
-        variants[f"thread, {n}+1 threads"] = concurrent(n, 1)
+        variants["sequential, 1 thr"] = sequential(1)
+        variants[f"thread beside ASR, {n - half}+{half} thr"] = concurrent(n - half, half)
     h.asr.transcribe(audio[: 5 * SR], cfg, word_timestamps=True)
     times = {k: [] for k in variants}
     parts = {k: [] for k in variants}
@@ -423,6 +477,7 @@ def report(doc: dict) -> str:
         b = sec.get("breakdown")
         if b:
             a = b["asr"]
+            lines.append(f"\nBreakdown at {b.get('threads')} thread(s).")
             lines.append(f"\nASR alone (word timestamps, 30 s): {a['total_s']:.2f} s, WER "
                          f"{fmt(a['wer'], 3)}, attention {a['attn']}, {a['decoder_steps']} decoder "
                          f"steps ({fmt(a['decoder_ms_per_step'], 1)} ms/step), peak RSS +"
@@ -477,6 +532,10 @@ def main() -> None:
     ap.add_argument("--input", default="30s")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--variant-threads", type=int, default=1,
+                    help="threads for the asr/diar variants (1: steadier on a shared machine); the "
+                         "stock setting also runs at 1 and at --threads")
+    ap.add_argument("--breakdown-threads", type=int, default=1)
     ap.add_argument("--asr-variants", default="int8,bf16", help="optional ASR variants: int8,bf16")
     ap.add_argument("--cprofile", action="store_true", help="write cProfile listings to bench/results/")
     ap.add_argument("--torch-profile", action="store_true", help="write a torch.profiler op table")
