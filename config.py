@@ -25,6 +25,8 @@ DEFAULT_DIARIZATION_MODEL = "pyannote/speaker-diarization-3.1"
 DEFAULT_BATCH_SIZE = 24
 MAX_BATCH_SIZE = 64
 MAX_CHUNK_LENGTH_S = 30.0
+# shorter windows multiply the decoding work (a window every few samples would run for hours)
+MIN_CHUNK_LENGTH_S = 5.0
 MAX_SPEAKERS = 32
 MAX_PROMPT_CHARS = 800
 
@@ -129,7 +131,7 @@ class InferenceConfig(BaseModel):
     assisted: Union[bool, Literal["auto"]] = Field(
         "auto", description="speculative decoding with the assistant model: true, false, or 'auto' "
                             "(assisted when the audio fits one window and an assistant is loaded)")
-    chunk_length_s: float = Field(MAX_CHUNK_LENGTH_S, gt=0, le=MAX_CHUNK_LENGTH_S)
+    chunk_length_s: float = Field(MAX_CHUNK_LENGTH_S, ge=MIN_CHUNK_LENGTH_S, le=MAX_CHUNK_LENGTH_S)
     num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)

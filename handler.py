@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from audio_decode import SAMPLE_RATE
 from config import InferenceConfig, ModelSettings
 from formats import render
 from diarization_utils import (build_response, configure_pyannote_telemetry, diarize,
@@ -54,7 +55,7 @@ class EndpointHandler:
                              "optional 'parameters'")
         config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
         audio = preprocess_inputs(data.get("inputs"), max_duration_s=self.settings.max_audio_seconds)
-        duration = len(audio) / 16_000
+        duration = len(audio) / SAMPLE_RATE
         diarized = self.diarization is not None
         silent = duration == 0 or (config.vad_filter and float(np.max(np.abs(audio))) < SILENCE_PEAK)
         if silent:  # nothing to transcribe: Whisper would only make something up ("Thank you.")

@@ -512,6 +512,19 @@ class ModelRunner:
                          "reason": f"the model is loading ({elapsed:.0f} s so far)"}, {"Retry-After": "10"}
         return 503, {"status": "error", "reason": f"the model failed to load: {self.reason}"}, {}
 
+    def precheck(self, data: Any) -> None:
+        """Refuse invalid parameters (ValueError) before the request queues: a typo in
+        ``language`` is answered at once instead of after the transcriptions ahead of it. The
+        check is the handler's own first step (``InferenceConfig.from_request`` against the loaded
+        models' capabilities), so the two cannot disagree; a handler without ``capabilities``
+        validates for itself."""
+        capabilities = getattr(self.handler, "capabilities", None)
+        if capabilities is None or not isinstance(data, dict):
+            return
+        from config import InferenceConfig
+
+        InferenceConfig.from_request(data.get("parameters"), capabilities)
+
     async def run(self, data: dict[str, Any]) -> tuple[Any, float, float]:
         """(result, seconds queued, seconds running); the handler's exceptions propagate."""
         assert self.handler is not None
@@ -779,6 +792,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
             data = await parse_request(request, body_bytes)
             del body_bytes
             try:
+                runner.precheck(data)
                 result, queued, ran = await runner.run(data)
             except ValueError as exc:
                 raise RequestError(400, str(exc) or type(exc).__name__) from None

@@ -48,10 +48,8 @@ def _handler_params(model: str, mode: str) -> dict:
     params: dict = {}
     if MODELS[model]["multilingual"]:
         params["language"] = "en"  # same as faster-whisper below: no language detection pass
-    if mode == "assisted":
-        params["assisted"] = True
-    elif mode == "auto":
-        params["assisted"] = "auto"
+    # explicit in every mode: the handler's default may be "auto"
+    params["assisted"] = {"plain": False, "assisted": True, "auto": "auto"}[mode]
     return params
 
 
@@ -111,6 +109,15 @@ def worker_handler(spec: dict) -> dict:
     timers.patch(model, "_extract_token_timestamps", "asr.word_dtw")
     if h.asr.assistant is not None:
         timers.patch(h.asr.assistant.model.decoder, "forward", "asr.assistant_decoder")
+    used_assistant = []
+    timed_transcribe = h.asr.transcribe
+
+    def transcribe(*a, **k):  # records whether the assistant drafted (assisted="auto" decides)
+        r = timed_transcribe(*a, **k)
+        used_assistant.append(getattr(r, "assisted", None))
+        return r
+
+    h.asr.transcribe = transcribe
 
     if spec["warmup"]:
         h({"inputs": warm, "parameters": params})
@@ -142,6 +149,7 @@ def worker_handler(spec: dict) -> dict:
         "asr_calls": {k: v for k, v in run["calls"].items() if k.startswith("asr.")},
         "decoder_steps": run["calls"].get("asr.decoder"),
         "wer": wer(reference, run["text"]), "text": run["text"], "params": params,
+        "assistant_used": used_assistant[-1] if used_assistant else None,
         "rss_start_mb": rss0, "rss_loaded_mb": rss_loaded, "rss_before_request_mb": rss_before,
         "peak_rss_mb": peak if reset_ok else None,
         "peak_above_loaded_mb": (peak - rss_loaded) if reset_ok and peak and rss_loaded else None,
@@ -252,6 +260,8 @@ def table(results: list[dict]) -> str:
         if r["mode"] != "fw" and ref and r.get("asr_s") and ref.get("asr_s"):
             ratio = r["asr_s"] / ref["asr_s"]
         mode = "faster-whisper int8" if r["mode"] == "fw" else r["mode"]
+        if r["mode"] == "auto" and r.get("assistant_used") is not None:
+            mode += f" ({'assisted' if r['assistant_used'] else 'plain'})"
         if variants:
             mode += f" | {r['variant']}"
         lines.append(

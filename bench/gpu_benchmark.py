@@ -417,6 +417,10 @@ def sec_pyannote(args, device, budget) -> dict:
 # --------------------------------------------------------------------------- report
 
 
+def fmt(x, digits: int = 2) -> str:
+    return "–" if x is None else (f"{x:.{digits}f}" if isinstance(x, float) else str(x))
+
+
 def markdown(doc: dict) -> str:
     L = [f"GPU benchmark {doc['started']} on {doc['device_name']} ({doc['dtype']}, "
          f"{'smoke shapes' if doc['smoke'] else 'large-v3 / distil-large-v3 shapes'}, random weights, "
@@ -444,9 +448,48 @@ def markdown(doc: dict) -> str:
                     L.append(f"| {name} | {b.split('_')[1]} | {v['windows_per_s']:.2f} | "
                              f"{v['tokens_per_s']:.0f} | {v['audio_s_per_s']:.0f} |")
         L.append("")
-    for key in ("static", "assisted", "pyannote"):
-        if key in r:
-            L += [f"{key}:", "```", json.dumps(r[key], indent=1, default=str)[:4000], "```", ""]
+    a = r.get("assisted")
+    if isinstance(a, dict):
+        L += [f"| assisted (batch 1, {a.get('tokens')} tokens) | ms/token | x plain |", "|---|---|---|",
+              f"| plain | {fmt(a.get('plain_ms_per_token'))} | 1.00 |"]
+        for k, v in a.items():
+            if isinstance(v, dict) and "ms_per_token" in v:
+                L.append(f"| {k} | {fmt(v['ms_per_token'])} | {fmt(v['speedup_vs_plain'])} |")
+            elif isinstance(v, str) and k not in ("tokens",):
+                L.append(f"| {k} | {v[:100]} | |")
+        c = a.get("call_costs", {})
+        if c:
+            L += ["", "call costs (ms): " + ", ".join(f"{k.replace('_ms', '')} {v:.2f}" for k, v in c.items())]
+        p = a.get("projection_ms_per_token", {})
+        best = {k: v for k, v in p.items() if k.endswith(",best")}
+        if best:
+            L += ["", "| acceptance (projected) | best draft tokens | ms/token | x plain step |", "|---|---|---|---|"]
+            for k, v in best.items():
+                L.append(f"| {k.split(',')[0][2:]} | {v['draft_tokens']} | {v['ms_per_token']:.2f} | "
+                         f"{v['speedup_vs_plain_step']:.2f} |")
+        L.append("")
+    st = r.get("static")
+    if isinstance(st, dict):
+        L += ["| static cache | first call s | steady ms/token (incl. encoder) |", "|---|---|---|"]
+        for name, rows in st.items():
+            if not isinstance(rows, dict):
+                L.append(f"| {name} | {rows} | |")
+                continue
+            for k, v in rows.items():
+                if isinstance(v, dict):
+                    L.append(f"| {name}: {k} | {fmt(v.get('first_call_s'))} | {fmt(v.get('ms_per_token_incl_encoder'))} |")
+                else:
+                    L.append(f"| {name}: {k} | {str(v)[:120]} | |")
+        L.append("")
+    py = r.get("pyannote")
+    if isinstance(py, dict):
+        L += [f"pyannote ({py.get('note')}, {py.get('audio_s')} s):", "",
+              "| embedding batch | segmentation batch | s | RTF | max GPU memory GiB |", "|---|---|---|---|---|"]
+        for k, v in py.items():
+            if k.startswith("emb") and isinstance(v, dict):
+                e, sg = k[3:].split("_seg")
+                L.append(f"| {e} | {sg} | {v['s']:.2f} | {v['rtf']:.4f} | {fmt(v.get('max_memory_gib'))} |")
+        L.append("")
     if doc.get("errors"):
         L += ["errors:", "```", json.dumps(doc["errors"], indent=1)[:3000], "```"]
     return "\n".join(L)
@@ -494,7 +537,7 @@ def main() -> None:
         args.pyannote_batches = [(32, 32), (1, 32), (8, 32), (64, 32), (128, 32), (32, 1), (32, 128)]
     sections = [s for s in args.sections.split(",") if s]
     if args.compile and "static" not in sections:
-        sections.insert(3, "static")
+        sections.append("static")  # last: compiling large-v3 takes minutes
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
 

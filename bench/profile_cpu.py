@@ -478,7 +478,7 @@ def report(doc: dict) -> str:
         if b:
             a = b["asr"]
             lines.append(f"\nBreakdown at {b.get('threads')} thread(s).")
-            lines.append(f"\nASR alone (word timestamps, 30 s): {a['total_s']:.2f} s, WER "
+            lines.append(f"\nASR alone (word timestamps, {doc.get('input')}): {a['total_s']:.2f} s, WER "
                          f"{fmt(a['wer'], 3)}, attention {a['attn']}, {a['decoder_steps']} decoder "
                          f"steps ({fmt(a['decoder_ms_per_step'], 1)} ms/step), peak RSS +"
                          f"{fmt(a.get('peak_rss_over_before_mb'), 0)} MB\n")
@@ -490,14 +490,15 @@ def report(doc: dict) -> str:
             lines.append(f"| outside generate (pipeline chunking, detect_language, ...) | "
                          f"{a['outside_generate_s']:.3f} | {100 * a['outside_generate_s'] / a['total_s']:.0f} % |")
             d = b["diarization"]
-            lines.append(f"\nDiarization alone (30 s): {d['total_s']:.2f} s, peak RSS "
+            lines.append(f"\nDiarization alone ({doc.get('input')}): {d['total_s']:.2f} s, peak RSS "
                          f"+{fmt(d['peak_rss_over_before_mb'], 0)} MB\n")
             lines.append("| part | s | calls | share |\n|---|---|---|---|")
             for k, v in sorted(d["parts_s"].items(), key=lambda kv: -kv[1]):
                 lines.append(f"| {k} | {v:.3f} | {d['calls'].get(k)} | {100 * v / d['total_s']:.0f} % |")
-        for key, title, col in (("asr", "ASR variants (word timestamps on, 30 s)", "vs_stock"),
-                                ("diar", "Diarization variants (30 s)", "vs_default"),
-                                ("concurrency", "ASR + diarization (30 s)", "vs_sequential")):
+        inp = doc.get("input", "30s")
+        for key, title, col in (("asr", f"ASR variants (word timestamps on, {inp})", "vs_stock"),
+                                ("diar", f"Diarization variants ({inp})", "vs_default"),
+                                ("concurrency", f"ASR + diarization ({inp})", "vs_sequential")):
             s = sec.get(key)
             if not s:
                 continue

@@ -14,9 +14,15 @@ output leaves it out.
   turn's speaker; once the turns run out, the remaining chunks are dropped.
 * ``chunk_overlap`` -- (b) each Whisper segment takes the speaker it overlaps most
   (``alignment.assign_speakers``; nearest turn when it overlaps none).
-* ``word`` -- (c) ours, word level without smoothing (``alignment.attribute_words(smooth=False)``).
+* ``word_raw`` -- (c') ours, word level on Whisper's raw word times: ``attribute_words(smooth=False,
+  tidy=False)`` (only when alignment.py has ``tidy_word_times``): shows what the tidying does.
+* ``word`` -- (c) ours, word level without smoothing (``alignment.attribute_words(smooth=False)``,
+  word times tidied by ``tidy_word_times`` first as the endpoint does).
 * ``word_smooth`` -- (d) ours, word level with one-word-blip smoothing (``smooth=True``, what the
   endpoint does).
+
+:func:`endpoint` runs the endpoint's own ``diarization_utils.build_response`` on the same input;
+the evaluation checks that (d) gives every word the speaker the endpoint gives it.
 
 For the chunk-level algorithms every word of a chunk (its text split on whitespace) inherits the
 chunk's speaker.
@@ -24,6 +30,7 @@ chunk's speaker.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -34,9 +41,12 @@ from metrics import HypToken, normalize_word
 
 Span = tuple[str, Optional[float], Optional[float]]
 
+HAS_TIDY = "tidy" in inspect.signature(attribute_words).parameters
+
 ALGORITHMS = {
     "hf_original": "(a) original HF handler",
     "chunk_overlap": "(b) chunk max-overlap",
+    **({"word_raw": "(c') ours: word-level, raw word times"} if HAS_TIDY else {}),
     "word": "(c) ours: word-level",
     "word_smooth": "(d) ours: word-level + smoothing",
 }
@@ -91,21 +101,40 @@ def chunk_overlap(chunks: Sequence[Span], words, turns: Sequence[Turn], duration
     return _chunk_tokens(chunks, [p.speaker for p in pieces], [False] * len(pieces), spans)
 
 
-def _word_level(smooth: bool) -> Callable:
+def _word_level(smooth: bool, tidy: bool = True) -> Callable:
     def run(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
             ) -> list[HypToken]:
         spans = resolve_times([(s, e) for _, s, e in words], duration)
+        extra = {} if tidy else {"tidy": False}  # attribute_words tidies word times by default
         pieces = attribute_words([Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)],
-                                 SpeakerIndex(turns), smooth=smooth)
+                                 SpeakerIndex(turns), smooth=smooth, **extra)
         return [HypToken(tok, p.speaker, p.start, p.end, False, i)
                 for i, p in enumerate(pieces) for tok in normalize_word(p.text)]
 
     return run
 
 
+def endpoint(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
+             ) -> list[HypToken]:
+    """The endpoint's own response builder on the same input (word mode), flattened to tokens."""
+    from diarization_utils import build_response
+
+    response = build_response("", list(chunks), list(turns), duration, "en", words=list(words),
+                              return_words=True)
+    out: list[HypToken] = []
+    i = 0
+    for chunk in response["chunks"]:
+        for w in chunk.get("words", []):
+            for tok in normalize_word(w["word"]):
+                out.append(HypToken(tok, w.get("speaker"), w["start"], w["end"], False, i))
+            i += 1
+    return out
+
+
 RUNNERS = {
     "hf_original": hf_original,
     "chunk_overlap": chunk_overlap,
+    **({"word_raw": _word_level(False, tidy=False)} if HAS_TIDY else {}),
     "word": _word_level(False),
     "word_smooth": _word_level(True),
 }

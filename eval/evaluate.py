@@ -32,7 +32,7 @@ for p in (str(ROOT), str(HERE)):
 
 import numpy as np  # noqa: E402
 
-from algorithms import ALGORITHMS, RUNNERS  # noqa: E402
+from algorithms import ALGORITHMS, RUNNERS, endpoint  # noqa: E402
 from alignment import Turn  # noqa: E402
 from data import EvalFile, build_dataset, read_wav  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
@@ -41,9 +41,25 @@ from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  #
 MODEL_DIRS = {"tiny.en": "whisper-tiny.en", "base": "whisper-base"}
 MODES = ("oracle", "pipeline")
 OURS = ("word", "word_smooth")
+WORD_LEVEL = ("word_raw", "word", "word_smooth")
 BASELINES = ("hf_original", "chunk_overlap")
 TARGET_WDER = 0.015
 TARGET_CP_GAP = 0.01
+
+
+def _git_state() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "alignment.py", "whisper_asr.py",
+                                "diarization_utils.py", "config.py"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return head + (" + uncommitted changes to " + ", ".join(l.split()[-1] for l in dirty.splitlines())
+                       if dirty else "")
+    except Exception:
+        return "?"
 
 
 def log(*args):
@@ -285,7 +301,7 @@ def pct2(x: Optional[float]) -> str:
 def render(result: dict) -> str:
     meta = result["meta"]
     lines = ["# Speaker-attribution evaluation", "",
-             f"Run {meta['date']} on {meta['host']}: models {', '.join(meta['models'])}; modes "
+             f"Run {meta['date']} on {meta['host']}, code at {meta['git']}: models {', '.join(meta['models'])}; modes "
              f"{', '.join(meta['modes'])}; {len(result['files'])} files, "
              f"{meta['audio_seconds']:.0f} s of audio; wall time {meta['wall_seconds']:.0f} s "
              f"(ASR {meta['asr_seconds']:.0f} s, diarization {meta['diarization_seconds']:.0f} s, "
@@ -343,23 +359,30 @@ def render(result: dict) -> str:
     if diag:
         lines += ["## Where the word-level alignment errs", ""]
         for model, d in diag.items():
-            bt = d["boundary_timing"]
-            fs, le = bt.get("first_word_start", {}), bt.get("last_word_end", {})
             lines.append(f"**{model}** -- Whisper word times at utterance edges (generated "
                          "dialogues, exact edges; seconds, negative = early):")
-            if fs:
-                lines.append(f"first word start - utterance start: median {fs['median']:+.2f}, "
-                             f"p10 {fs['p10']:+.2f}, p90 {fs['p90']:+.2f} (n={fs['n']}; "
-                             f"{fs['early_gt_0.2s']} start > 0.2 s early, {fs['late_gt_0.2s']} > 0.2 s late); "
-                             f"last word end - utterance end: median {le['median']:+.2f}, "
-                             f"p10 {le['p10']:+.2f}, p90 {le['p90']:+.2f} (n={le['n']}; "
-                             f"{le['early_gt_0.2s']} end > 0.2 s early, {le['late_gt_0.2s']} > 0.2 s late).")
-            for mode, s in d["smoothing"].items():
-                lines.append(f"smoothing ({mode}): changed {s['changed']} words: fixed {s['fixed']}, "
-                             f"broke {s['broke']}, wrong either way {s['neutral']}.")
+            lines.append("")
+            for kind, bt in d["boundary_timing"].items():
+                fs, le = bt.get("first_word_start", {}), bt.get("last_word_end", {})
+                if fs and le:
+                    lines.append(
+                        f"- {kind} word times: first word start - utterance start: median "
+                        f"{fs['median']:+.2f}, p10 {fs['p10']:+.2f}, p90 {fs['p90']:+.2f} (n={fs['n']}; "
+                        f"{fs['early_gt_0.2s']} > 0.2 s early, {fs['late_gt_0.2s']} > 0.2 s late); "
+                        f"last word end - utterance end: median {le['median']:+.2f}, "
+                        f"p10 {le['p10']:+.2f}, p90 {le['p90']:+.2f} (n={le['n']}; "
+                        f"{le['early_gt_0.2s']} > 0.2 s early, {le['late_gt_0.2s']} > 0.2 s late)")
+            for mode, p in d.get("parity", {}).items():
+                lines.append(f"- {mode}: (d) vs the endpoint's `build_response`: "
+                             + ("same speaker for all " f"{p['words']} words" if not p["mismatches"]
+                                else f"**{p['mismatches']} of {p['words']} words differ** "
+                                     f"({', '.join(p['files'])})"))
+            for mode, sm in d["smoothing"].items():
+                lines.append(f"- smoothing ({mode}): changed {sm['changed']} words: fixed {sm['fixed']}, "
+                             f"broke {sm['broke']}, wrong either way {sm['neutral']}")
             for mode, causes in d["causes"].items():
                 for alg, c in causes.items():
-                    lines.append(f"{mode} {ALGORITHMS[alg]} errors by cause: "
+                    lines.append(f"- {mode} {ALGORITHMS[alg]}: errors by cause: "
                                  + (", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"))
             lines.append("")
         errs = [e for d in diag.values() for e in d["errors"]]
@@ -485,7 +508,9 @@ def main(argv=None) -> int:
             per_alg: dict[str, list[dict]] = {a: [] for a in ALGORITHMS}
             word_level: dict[str, tuple] = {}
             smoothing = {"changed": 0, "fixed": 0, "broke": 0, "neutral": 0}
-            causes: dict[str, dict[str, int]] = {a: {} for a in OURS}
+            causes: dict[str, dict[str, int]] = {a: {} for a in WORD_LEVEL if a in RUNNERS}
+            parity = {"words": 0, "mismatches": 0, "files": []}
+            raw_level: dict[str, tuple] = {}
             for f in files:
                 r = asr_out[(m, f.id)]
                 if mode == "oracle":
@@ -498,7 +523,7 @@ def main(argv=None) -> int:
                 words = [tuple(w) for w in r["words"]] if r["words"] is not None else None
                 outputs = {}
                 for alg, run in RUNNERS.items():
-                    if alg in OURS and words is None:
+                    if alg in WORD_LEVEL and words is None:
                         continue
                     hyp = run(chunks, words, turns, f.duration)
                     row, sp = score(refs[f.id], hyp)
@@ -509,6 +534,15 @@ def main(argv=None) -> int:
                 if all(a in outputs for a in OURS):
                     (hc, sc), (hd, sd) = outputs["word"], outputs["word_smooth"]
                     word_level[f.id] = (refs[f.id], hc, sc)
+                    raw_level[f.id] = (refs[f.id], *outputs.get("word_raw", outputs["word"]))
+                    # (d) must give every word the speaker the endpoint's build_response gives it
+                    he = endpoint(chunks, words, turns, f.duration)
+                    mism = sum(1 for a, b in zip(he, hd) if a.speaker != b.speaker) \
+                        + abs(len(he) - len(hd))
+                    parity["words"] += len(hd)
+                    parity["mismatches"] += mism
+                    if mism:
+                        parity["files"].append(f.id)
                     wrong_c = {i for i, _ in sc.wrong}
                     wrong_d = {i for i, _ in sd.wrong}
                     ref_of_hyp = {j: i for i, j, _ in sd.pairs}
@@ -524,14 +558,14 @@ def main(argv=None) -> int:
                                 smoothing["broke"] += 1
                             else:
                                 smoothing["neutral"] += 1
-                    for alg, (hyp, sp), other in (("word", outputs["word"], None),
-                                                  ("word_smooth", outputs["word_smooth"],
-                                                   set(sc.wrong))):
-                        errs = diagnose_errors(f, refs[f.id], hyp, sp, alg, other)
+                    for alg in causes:
+                        hyp, sp = outputs[alg]
+                        errs = diagnose_errors(f, refs[f.id], hyp, sp, alg,
+                                               set(sc.wrong) if alg == "word_smooth" else None)
                         for e in errs:
                             causes[alg][e["cause"]] = causes[alg].get(e["cause"], 0) + 1
                             e["model"], e["mode"] = m, mode
-                        if mode == "oracle":
+                        if mode == "oracle" and alg in OURS:
                             diag["errors"] += errs
             for alg, rs in per_alg.items():
                 if rs:
@@ -540,8 +574,13 @@ def main(argv=None) -> int:
                     pooled.append(p)
             diag["smoothing"][mode] = smoothing
             diag["causes"][mode] = causes
-            if mode == "oracle" or not diag["boundary_timing"]:
-                diag["boundary_timing"] = boundary_timing(files, word_level)
+            diag.setdefault("parity", {})[mode] = parity
+            if parity["mismatches"]:
+                log(f"WARNING: {m} {mode}: (d) and the endpoint's build_response disagree on "
+                    f"{parity['mismatches']} words ({', '.join(parity['files'])})")
+            if not diag["boundary_timing"]:
+                diag["boundary_timing"] = {"raw": boundary_timing(files, raw_level),
+                                           "tidied": boundary_timing(files, word_level)}
             if mode == "oracle":
                 pm = {p["algorithm"]: p for p in pooled if p["model"] == m and p["mode"] == "oracle"}
                 for alg in OURS:
@@ -575,6 +614,7 @@ def main(argv=None) -> int:
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
                  "diarization_seconds": diar_seconds, "data_seconds": data_seconds,
+                 "git": _git_state(),
                  "torch": torch.__version__, "transformers": transformers.__version__,
                  "pyannote": pyannote_version},
         "files": [{"id": f.id, "duration": f.duration, "num_speakers": f.num_speakers,

@@ -49,7 +49,7 @@ def test_types_are_checked(params, fragment):
     ({"num_speakers": 0}, ">= 1"), ({"num_speakers": -2}, ">= 1"), ({"num_speakers": 33}, "<= 32"),
     ({"min_speakers": 0}, ">= 1"), ({"max_speakers": 100}, "<= 32"),
     ({"batch_size": 0}, ">= 1"), ({"batch_size": 65}, "<= 64"),
-    ({"chunk_length_s": 0}, "> 0"), ({"chunk_length_s": 31}, "<= 30"),
+    ({"chunk_length_s": 0}, ">= 5"), ({"chunk_length_s": 0.001}, ">= 5"), ({"chunk_length_s": 31}, "<= 30"),
     ({"task": "summarize"}, "'transcribe' or 'translate'"),
 ])
 def test_bounds(params, fragment):

@@ -25,6 +25,7 @@ import json
 import shutil
 import threading
 import time
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,9 @@ def build_fast_pyannote(src: Path, out: Path) -> Path:
 
     shutil.copytree(src, out)
     torch.manual_seed(0)
-    embedding = XVectorMFCC().eval()
+    with warnings.catch_warnings():  # torchaudio: "At least one mel filterbank has all zero values"
+        warnings.simplefilter("ignore", UserWarning)
+        embedding = XVectorMFCC().eval()
     embedding.specifications = Specifications(problem=Problem.REPRESENTATION,
                                               resolution=Resolution.CHUNK, duration=10.0, classes=None)
     _save_pyannote_checkpoint(embedding, out / "embedding" / "pytorch_model.bin")
@@ -195,10 +198,15 @@ class Ok:
         body = r.json()
         duration = self.duration() if callable(self.duration) else self.duration
         assert body["duration"] == pytest.approx(duration, abs=self.tolerance), body
-        assert isinstance(body["text"], str) and isinstance(body["chunks"], list)
-        for chunk in body["chunks"]:
+        if "format" in body:  # srt, vtt, txt, rttm
+            assert isinstance(body["content"], str), body
+        else:  # json, verbose_json (segments), diarized_json
+            assert isinstance(body["text"], str), body
+        for chunk in body.get("chunks", []):
             start, end = chunk["timestamp"]
             assert 0.0 <= start <= end <= body["duration"] + 0.001, chunk
+        for segment in body.get("segments", []):
+            assert 0.0 <= segment["start"] <= segment["end"] <= body["duration"] + 0.001, segment
         # the diarization ran: a fault there would come back as a warning, not as a 500
         for warning in body.get("warnings", []):
             assert warning.startswith("no speech detected"), warning
@@ -341,7 +349,7 @@ CASES = [
          error(400, "unknown parameter 'sampling_rate'")),
     # ---- limits
     Case("body-over-max-body-bytes", lambda: raw(wav(tone(10.0))), error(413, "MAX_BODY_BYTES", "300000")),
-    Case("base64-json-over-max-body-bytes", lambda: as_json({"inputs": b64(wav(tone(7.0)))}),
+    Case("base64-json-over-max-body-bytes", lambda: as_json({"inputs": b64(wav(tone(8.0)))}),
          error(413, "MAX_BODY_BYTES")),
     Case("wav-over-max-audio-seconds", lambda: raw(wav(tone(6.0, sr=8000), sr=8000, subtype="PCM_U8")),
          error(400, "6.0 s long", "limit is 5 s")),
@@ -363,8 +371,9 @@ def test_the_matrix_is_large_and_the_server_survived_it(srv):
     assert len(CASES) >= 40 and len({c.id for c in CASES}) == len(CASES)
     assert srv.proc.poll() is None
     m = parse_metrics(srv.get("/metrics").text)
-    # not one 5xx in the whole module so far
-    assert not [k for k, v in m.items() if k.startswith("asr_http_requests_total") and 'code="5' in k and v]
+    # not one 5xx answer to a request so far (/health answered 503 while the models loaded)
+    assert not [k for k, v in m.items()
+                if k.startswith('asr_http_requests_total{method="POST"') and 'code="5' in k and v]
     assert m["asr_queue_depth"] == 0 and m["asr_requests_in_flight"] == 0
 
 
@@ -447,7 +456,7 @@ def test_error_paths_never_echo_the_token(srv):
     messages that quote the request back (unknown language, unknown parameter) are given the
     token itself, and everything this module saw is checked."""
     for request in (params({"language": FAKE_TOKEN}), params({FAKE_TOKEN: 1}),
-                    raw(CLIP, query=f"?{FAKE_TOKEN}=1"), as_json({"input": FAKE_TOKEN})):
+                    raw(CLIP, query=f"?{FAKE_TOKEN}=1"), as_json({FAKE_TOKEN: "x"})):
         r = send(srv, request)
         assert r.status_code == 400 and "<redacted>" in r.json()["error"], r.text
     for path in ("/health", "/metrics"):

@@ -1,0 +1,112 @@
+"""Shared by the reliability scripts: paths, a local server with the tiny models, percentiles,
+RSS, and the summary line / JSON result every script ends with.
+
+The project and its test helpers are imported from here, never modified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+for _path in (ROOT, TESTS):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+REAL = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
+REAL_AUDIO = REAL / "audio"
+REAL_ASR = REAL / "whisper-tiny.en"
+REAL_PIPELINE = REAL / "pyannote-campp-3.1"
+SR = 16_000
+
+
+def percentile(values: list[float], q: float) -> Optional[float]:
+    """The q-th percentile (0-100, nearest rank); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def rss_mb() -> float:
+    """This process's resident set size now (MiB)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (MiB, ru_maxrss)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def finish(name: str, summary: str, result: dict[str, Any], json_path: Optional[str], ok: bool) -> int:
+    """Print the one summary line, write the result as JSON when asked; the exit code."""
+    result = {"script": name, "ok": ok, **result}
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=2, default=str))
+    print(f"{name}: {summary}", flush=True)
+    return 0 if ok else 1
+
+
+def tiny_models(work: Path) -> dict[str, Path]:
+    """tests/tiny_models.py's tiny random models, built once into ``work/tiny-models``."""
+    from tiny_models import build_all
+
+    models = work / "tiny-models"
+    names = ("whisper", "whisper.en", "assistant", "pyannote")
+    if (models / ".built").exists():
+        return {name: models / name for name in names}
+    print(f"building the tiny random models in {models} ...", flush=True)
+    work.mkdir(parents=True, exist_ok=True)
+    paths = build_all(models)
+    (models / ".built").write_text("ok")
+    return paths
+
+
+class LocalServer:
+    """``python -m cli serve`` on 127.0.0.1 with the tiny random models (built once into
+    ``work``), through tests/test_server.py's ServerProcess and server_env."""
+
+    def __init__(self, work: Path, **env_overrides: str):
+        from test_server import ServerProcess, server_env
+
+        tiny = tiny_models(work)
+        self.process = ServerProcess("load-server", server_env(tiny, **env_overrides), work)
+        self.url = self.process.url
+
+    def wait_ready(self, timeout: float = 300) -> float:
+        """Seconds until /health said 200; raises when the process exits or time runs out."""
+        import requests
+
+        started = time.monotonic()
+        http = requests.Session()
+        http.trust_env = False
+        while time.monotonic() - started < timeout:
+            if self.process.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.process.proc.returncode}):\n"
+                                   f"{self.process.log()[-3000:]}")
+            try:
+                if http.get(self.url + "/health", timeout=5).status_code == 200:
+                    return time.monotonic() - started
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the server was not ready after {timeout} s:\n{self.process.log()[-3000:]}")
+
+    def log(self) -> str:
+        return self.process.log()
+
+    def stop(self) -> None:
+        self.process.stop()
