@@ -538,6 +538,8 @@ def main() -> None:
                          "stock setting also runs at 1 and at --threads")
     ap.add_argument("--breakdown-threads", type=int, default=1)
     ap.add_argument("--asr-variants", default="int8,bf16", help="optional ASR variants: int8,bf16")
+    ap.add_argument("--diar-every-model", action="store_true",
+                    help="run the diar section for every model (default: the first only)")
     ap.add_argument("--cprofile", action="store_true", help="write cProfile listings to bench/results/")
     ap.add_argument("--torch-profile", action="store_true", help="write a torch.profiler op table")
     args = ap.parse_args()
@@ -561,6 +563,8 @@ def main() -> None:
         h = load(model, args.threads)
         doc["models"][model] = {}
         for s in sections:
+            if s == "diar" and model != args.models.split(",")[0] and not args.diar_every_model:
+                continue  # the same pyannote pipeline whatever the Whisper model
             log(f"{model}: {s}")
             doc["models"][model][s] = fns[s](h, model, audio, ref, args)
             doc["load_end"] = loadavg()

@@ -305,7 +305,9 @@ def render(result: dict) -> str:
              f"{', '.join(meta['modes'])}; {len(result['files'])} files, "
              f"{meta['audio_seconds']:.0f} s of audio; wall time {meta['wall_seconds']:.0f} s "
              f"(ASR {meta['asr_seconds']:.0f} s, diarization {meta['diarization_seconds']:.0f} s, "
-             f"data {meta['data_seconds']:.0f} s; cached steps cost nothing). "
+             f"data {meta['data_seconds']:.0f} s; {meta['cached']} ASR/diarization results came from "
+             f"the cache -- computing all of them took ASR {meta['asr_compute_seconds']:.0f} s + "
+             f"diarization {meta['diarization_compute_seconds']:.0f} s). "
              f"torch {meta['torch']}, transformers {meta['transformers']}, "
              f"pyannote.audio {meta['pyannote']}.", "",
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
@@ -314,14 +316,15 @@ def render(result: dict) -> str:
     if result["targets"]:
         lines += ["## Targets (oracle diarization, pooled over all files)", "",
                   "| model | algorithm | WDER <= 1.5 | no dropped words | cpWER - WER <= 1 pt | "
-                  "WDER < (a) and (b) |", "|---|---|---|---|---|---|"]
+                  "WDER < (a) and (b) | WDER without the sample |", "|---|---|---|---|---|---|---:|"]
         for t in result["targets"]:
             mark = lambda ok: "**pass**" if ok else "**MISS**"  # noqa: E731
             lines.append(
                 f"| {t['model']} | {ALGORITHMS[t['algorithm']]} | {pct2(t['wder'])} {mark(t['wder_ok'])} "
                 f"| {pct2(t['dropped_rate'])} {mark(t['dropped_ok'])} "
                 f"| {t['cp_gap'] * 100:+.2f} {mark(t['cp_ok'])} "
-                f"| (a) {pct2(t['wder_a'])}, (b) {pct2(t['wder_b'])} {mark(t['better_ok'])} |")
+                f"| (a) {pct2(t['wder_a'])}, (b) {pct2(t['wder_b'])} {mark(t['better_ok'])} "
+                f"| {pct2(t['wder_dialogues'])} |")
         lines.append("")
     lines += ["## Pooled over files", "",
               "| model | mode | algorithm | WER | cpWER | WDER | dropped | speaker errors |",
@@ -463,6 +466,7 @@ def main(argv=None) -> int:
     # ASR (cached)
     asr_out: dict[tuple[str, str], dict] = {}
     asr_seconds = 0.0
+    cached = 0
     whisper_sha = _source_sha("whisper_asr.py")
     for m in models:
         path = model_path(models_dir, m)
@@ -471,6 +475,7 @@ def main(argv=None) -> int:
             key = _sha("asr", path.resolve(), (path / "model.safetensors").stat().st_size
                        if (path / "model.safetensors").exists() else 0, audio_sha[f.id], whisper_sha)
             r = cache.get("asr", key)
+            cached += r is not None
             if r is None:
                 log(f"ASR {m} {f.id} ({f.duration:.0f} s)...")
                 r = runner.transcribe(audio[f.id])
@@ -489,6 +494,7 @@ def main(argv=None) -> int:
         for f in files:
             key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], f.num_speakers, diar_sha)
             r = cache.get("diar", key)
+            cached += r is not None
             if r is None:
                 log(f"diarization {f.id} ({f.duration:.0f} s)...")
                 r = diarizer.diarize(audio[f.id], f.num_speakers)
@@ -588,9 +594,11 @@ def main(argv=None) -> int:
                         continue
                     p = pm[alg]
                     wa, wb = pm["hf_original"]["wder"], pm["chunk_overlap"]["wder"]
+                    dialogue_rows = [r for r in per_alg[alg] if r["file"] != "sample"]
                     targets.append({
                         "model": m, "algorithm": alg, "wder": p["wder"], "dropped_rate": p["dropped_rate"],
                         "cp_gap": (p["cpwer"] or 0) - (p["wer"] or 0), "wder_a": wa, "wder_b": wb,
+                        "wder_dialogues": pool(dialogue_rows)["wder"] if dialogue_rows else None,
                         "wder_ok": p["wder"] is not None and p["wder"] <= TARGET_WDER,
                         "dropped_ok": p["dropped"] == 0,
                         "cp_ok": (p["cpwer"] or 0) - (p["wer"] or 0) <= TARGET_CP_GAP + 1e-12,
@@ -614,6 +622,9 @@ def main(argv=None) -> int:
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
                  "diarization_seconds": diar_seconds, "data_seconds": data_seconds,
+                 "cached": cached,
+                 "asr_compute_seconds": sum(r.get("seconds") or 0 for r in asr_out.values()),
+                 "diarization_compute_seconds": sum(r.get("seconds") or 0 for r in diar_out.values()),
                  "git": _git_state(),
                  "torch": torch.__version__, "transformers": transformers.__version__,
                  "pyannote": pyannote_version},

@@ -53,7 +53,7 @@ def peak_rss_mb() -> float:
 
 def finish(name: str, summary: str, result: dict[str, Any], json_path: Optional[str], ok: bool) -> int:
     """Print the one summary line, write the result as JSON when asked; the exit code."""
-    result = {"script": name, "ok": ok, **result}
+    result = {"script": name, **result, "passed": ok}
     if json_path:
         Path(json_path).write_text(json.dumps(result, indent=2, default=str))
     print(f"{name}: {summary}", flush=True)
