@@ -22,6 +22,8 @@ from typing import Optional
 import numpy as np
 
 SAMPLE_RATE = 16_000
+# sample rates a real recording can have (telephony 1-8 kHz up to studio 768 kHz)
+MIN_RATE, MAX_RATE = 1_000, 768_000
 FFMPEG_TIMEOUT_S = 300
 
 
@@ -63,8 +65,9 @@ def _decode_soundfile(data: bytes, max_duration_s: Optional[float]) -> Optional[
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             sr = f.samplerate
-            if sr <= 0:
-                raise AudioDecodeError(f"the audio header declares an invalid sample rate ({sr})")
+            if not MIN_RATE <= sr <= MAX_RATE:
+                raise AudioDecodeError(f"the audio header declares an implausible sample rate ({sr} Hz); "
+                                       f"accepted: {MIN_RATE} to {MAX_RATE} Hz")
             frames = f.frames
             if max_duration_s is not None and frames > 0 and frames / sr > max_duration_s:
                 raise AudioDecodeError(
@@ -129,4 +132,11 @@ def decode_audio(data: bytes, max_duration_s: Optional[float] = None) -> np.ndar
     audio = _decode_soundfile(data, max_duration_s)
     if audio is None:
         audio = _decode_ffmpeg(data, max_duration_s)
+    elif audio.size == 0 and len(data) > 4096:
+        # a header that claims no samples in front of real data (a recorder that never finalised
+        # its WAV header): ffmpeg reads on to the end of the file
+        try:
+            audio = _decode_ffmpeg(data, max_duration_s)
+        except AudioDecodeError:
+            pass
     return audio

@@ -134,6 +134,14 @@ def with_wav_sizes(data: bytes, size: int) -> bytes:
     return bytes(out)
 
 
+def with_wav_rate(data: bytes, rate: int) -> bytes:
+    """``data`` (a WAV written by soundfile) with the fmt chunk's sample rate set to ``rate``."""
+    out = bytearray(data)
+    at = out.find(b"fmt ") + 8
+    out[at + 4:at + 8] = rate.to_bytes(4, "little")
+    return bytes(out)
+
+
 def decoded_seconds(data: bytes) -> float:
     """What this decoder makes of damaged bytes (for cases whose length is the codec's call)."""
     from audio_decode import decode_audio
@@ -224,6 +232,8 @@ class Case:
     request: Callable[[], dict]
     expect: Error | Ok
     xfail_unless: Optional[Callable[[], Optional[str]]] = field(default=None)
+    # a known fault in a file this module does not own: strict, so a fix makes it fail as XPASS
+    xfail: Optional[str] = None
 
 
 def _chunk_length_unbounded() -> Optional[str]:
@@ -293,6 +303,9 @@ CASES = [
          error(400, "could not decode the audio")),
     Case("wav-header-claims-3x-the-data", lambda: raw(with_wav_sizes(CLIP, 3 * len(CLIP))), Ok(1.0)),
     Case("wav-header-claims-4-gigabytes", lambda: raw(with_wav_sizes(CLIP, 0xFFFFFFF0)), Ok(1.0)),
+    # a recorder that never finalised its header: the samples behind it still count (via ffmpeg)
+    Case("wav-header-data-size-zero", lambda: raw(with_wav_sizes(CLIP, 0)), Ok(1.0)),
+    Case("wav-absurd-sample-rate", lambda: raw(with_wav_rate(CLIP, 0x7FFFFFFF)), error(400, "sample rate")),
     Case("wav-zero-samples", lambda: raw(wav(np.zeros(0, np.float32))), Ok(0.0, empty=True)),
     Case("wav-one-sample", lambda: raw(wav(np.full(1, 0.5, np.float32))), Ok(0.0)),
     Case("wav-10-ms", lambda: raw(wav(tone(0.01))), Ok(0.01)),
@@ -358,7 +371,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
+@pytest.mark.parametrize("case", [
+    pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
+    for c in CASES])
 def test_bad_input_matrix(srv, case: Case):
     if case.xfail_unless is not None:
         reason = case.xfail_unless()
@@ -410,6 +425,7 @@ def test_concurrent_mixed_requests_each_get_their_own_answer(srv):
     assert len(jobs) == 12
     barrier = threading.Barrier(len(jobs))
     results: dict[str, Any] = {}
+    answered_at: dict[str, float] = {}
 
     def worker(name: str, request: dict) -> None:
         request = {**request, "headers": {**request.get("headers", {}), "X-Request-Id": f"conc-{name}"}}
@@ -418,6 +434,7 @@ def test_concurrent_mixed_requests_each_get_their_own_answer(srv):
             results[name] = send(srv, request)
         except Exception as exc:  # lost: a timeout or a dropped connection
             results[name] = exc
+        answered_at[name] = time.monotonic()
 
     threads = [threading.Thread(target=worker, args=(name, request), daemon=True)
                for name, request, _ in jobs]
@@ -437,6 +454,11 @@ def test_concurrent_mixed_requests_each_get_their_own_answer(srv):
         r = results[name]
         assert r.headers["x-request-id"] == f"conc-{name}"
         expect.check(r)
+    # bad parameters are refused before the queue (server.ModelRunner.precheck), not after the
+    # transcriptions ahead of them
+    last_transcription = max(answered_at[name] for name, _, expect in jobs if isinstance(expect, Ok))
+    for name in ("bad-language", "bad-speakers"):
+        assert answered_at[name] < last_transcription, name
     assert len(health) >= 3 and all(status == 200 for status, _ in health), health
     assert max(seconds for _, seconds in health) < 5.0, health  # lenient: a busy 2-core box
     after = parse_metrics(srv.get("/metrics").text)
