@@ -143,6 +143,24 @@ def causal_lm_from(model, share: bool = True):
     return lm.eval()
 
 
+def encoder_keeps_sdpa(model) -> None:
+    """Give the encoder its own config object, so that generate()'s switch of the shared config to
+    eager attention (done for word timestamps) leaves the encoder on sdpa (see profile_cpu.py)."""
+    import copy
+
+    enc = model.model.encoder
+    cfg = copy.copy(enc.config)
+    cfg._attn_implementation = "sdpa"
+    for m in enc.modules():
+        if getattr(m, "config", None) is enc.config and m is not enc:
+            m.config = cfg
+    enc.config = cfg
+
+
+def set_attn(model, impl: str) -> None:
+    model.config._attn_implementation = impl
+
+
 def features(model, batch: int, device, dtype):
     import torch
 
@@ -170,6 +188,25 @@ def sec_encoder(models, args, device, dtype, budget) -> dict:
             r[f"batch_{b}"] = {"ms_per_call": 1000 * t, "ms_per_window": 1000 * t / b,
                                "windows_per_s": b / t}
             log(f"encoder {name} batch {b}: {1000 * t / b:.1f} ms/window")
+        # what the encoder runs after a word-timestamp request: transformers switches the shared
+        # config to eager attention (see profile_cpu.py / encoder_keeps_sdpa)
+        for b in (1, max(args.batch_sizes)):
+            if budget.left() < 20 or name != next(iter(models)):
+                continue
+            x = features(model, b, device, dtype)
+            set_attn(model, "eager")
+            try:
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                with torch.inference_mode():
+                    t, _ = timed(lambda: model.model.encoder(x), device, warmup=1, iters=args.iters)
+                r[f"batch_{b}_eager"] = {"ms_per_call": 1000 * t, "ms_per_window": 1000 * t / b,
+                                         "windows_per_s": b / t}
+                if device.type == "cuda":
+                    r[f"batch_{b}_eager"]["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+                log(f"encoder {name} batch {b} EAGER: {1000 * t / b:.1f} ms/window")
+            finally:
+                set_attn(model, "sdpa")
         out[name] = r
     return out
 
@@ -217,6 +254,27 @@ def sec_decode(models, args, device, dtype, budget) -> dict:
                      "generate_s": t_gen, "generate_sequence_length": generated,
                      "generate_ms_per_token_excl_encoder": 1000 * (t_gen - t_enc) / n,
                      "encoder_ms": 1000 * t_enc}
+        if name == next(iter(models)) and budget.left() > 60:
+            # word timestamps (what the endpoint asks for whenever it diarizes): cross-attentions
+            # are returned, which switches the shared config to eager; then with the fix
+            wt = {**gen_kwargs(n), "return_token_timestamps": True}
+            try:
+                with torch.inference_mode():
+                    t_wt, _ = timed(lambda: model.generate(x, **wt), device, iters=args.iters)
+                out[name]["generate_word_ts_s"] = t_wt
+                out[name]["generate_word_ts_attn"] = model.model.encoder.layers[0].self_attn.config._attn_implementation
+                set_attn(model, "sdpa")
+                encoder_keeps_sdpa(model)
+                with torch.inference_mode():
+                    t_fix, _ = timed(lambda: model.generate(x, **wt), device, iters=args.iters)
+                out[name]["generate_word_ts_encoder_sdpa_s"] = t_fix
+                log(f"decode {name}: generate {t_gen:.3f} s, with word timestamps {t_wt:.3f} s "
+                    f"(encoder eager), {t_fix:.3f} s (encoder kept on sdpa)")
+            except Exception as exc:
+                out[name]["word_ts_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log("word ts:", out[name]["word_ts_error"])
+            finally:
+                set_attn(model, "sdpa")
         log(f"decode {name}: loop {1000 * t_loop / n:.2f} ms/token, generate "
             f"{1000 * (t_gen - t_enc) / n:.2f} ms/token (+{1000 * t_enc:.1f} ms encoder)")
     return out
@@ -431,7 +489,8 @@ def markdown(doc: dict) -> str:
         for name, rows in r["encoder"].items():
             for b, v in rows.items():
                 if isinstance(v, dict):
-                    L.append(f"| {name} | {b.split('_')[1]} | {v['ms_per_window']:.1f} | {v['windows_per_s']:.1f} |")
+                    L.append(f"| {name} | {b.removeprefix('batch_').replace('_', ' ')} | "
+                             f"{v['ms_per_window']:.1f} | {v['windows_per_s']:.1f} |")
         L.append("")
     if "decode" in r:
         L += ["| decoder (batch 1) | loop ms/token | generate() ms/token | encoder ms |", "|---|---|---|---|"]
@@ -439,6 +498,11 @@ def markdown(doc: dict) -> str:
             if isinstance(v, dict):
                 L.append(f"| {name} | {v['loop_ms_per_token']:.2f} | "
                          f"{v['generate_ms_per_token_excl_encoder']:.2f} | {v['encoder_ms']:.1f} |")
+        for name, v in r["decode"].items():
+            if isinstance(v, dict) and "generate_word_ts_s" in v:
+                L.append(f"\n{name} generate() of {v['tokens']} tokens: {v['generate_s']:.3f} s plain, "
+                         f"{v['generate_word_ts_s']:.3f} s with word timestamps (encoder switched to eager), "
+                         f"{fmt(v.get('generate_word_ts_encoder_sdpa_s'), 3)} s with the encoder kept on sdpa")
         L.append("")
     if "batch" in r:
         L += ["| generate() | batch | windows/s | tokens/s | x real time |", "|---|---|---|---|---|"]

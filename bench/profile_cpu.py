@@ -342,13 +342,16 @@ def section_asr(h, model, audio, ref, args) -> dict:
     for name, fn in variants.items():
         fn()
     times = {k: [] for k in variants}
-    results = {}
+    results, mem = {}, {}
     for rep in range(args.repeats):
         for name, fn in variants.items():
+            reset_peak_rss()
+            before = rss_mb()
             dt, r = _timeit(fn)
+            mem[name] = max(mem.get(name, 0.0), peak_rss_mb() - before)
             times[name].append(dt)
             results[name] = r
-            log(f"{model} asr[{rep}] {name}: {dt:.2f}s")
+            log(f"{model} asr[{rep}] {name}: {dt:.2f}s, peak RSS +{mem[name]:.0f} MB")
     set_model(asr, stock)
     base_name = next(iter(variants))
     base_t = statistics.median(times[base_name])
@@ -357,6 +360,7 @@ def section_asr(h, model, audio, ref, args) -> dict:
         r = results[name]
         med = statistics.median(times[name])
         out[name] = {"median_s": med, "all_s": times[name], "vs_stock": med / base_t,
+                     "peak_rss_over_before_mb": mem[name],
                      "wer": wer(ref, r.text), "same_text_as_stock": normalize(r.text) == normalize(results[base_name].text),
                      **word_drift(results[base_name].words, r.words)}
     return out
@@ -504,13 +508,15 @@ def report(doc: dict) -> str:
                 continue
             lines.append(f"\n{title}\n")
             if key == "asr":
-                lines.append("| variant | median s | ratio | WER | same text | word start drift mean / max s |")
-                lines.append("|---|---|---|---|---|---|")
+                lines.append("| variant | median s | ratio | WER | same text | word start drift mean / max s "
+                             "| peak RSS + MB |")
+                lines.append("|---|---|---|---|---|---|---|")
                 for name, v in s.items():
                     drift = (f"{v['start_drift_mean_s']:.3f} / {v['start_drift_max_s']:.2f}"
                              if v.get("same_words") else ("words differ" if "same_words" in v else "–"))
                     lines.append(f"| {name} | {v['median_s']:.2f} | {v[col]:.2f} | {fmt(v['wer'], 3)} | "
-                                 f"{v['same_text_as_stock']} | {drift} |")
+                                 f"{v['same_text_as_stock']} | {drift} | "
+                                 f"{fmt(v.get('peak_rss_over_before_mb'), 0)} |")
             elif key == "diar":
                 lines.append("| variant | median s | ratio | peak RSS + MB | same turns |\n|---|---|---|---|---|")
                 for name, v in s.items():

@@ -218,12 +218,19 @@ def child(args) -> int:
     data = Path(args.audio).read_bytes()
     result["input_bytes"] = len(data)
     sampler = RssSampler().start()
+    import resource
+    import torch
+
+    result["torch_threads"] = torch.get_num_threads()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     T0 = time.perf_counter()
     try:
         measure(args, h, handler_module, sampler, data, parameters, result)
     except Exception as exc:  # e.g. an allocation past --max-memory-gb: report what was reached
         result["error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
     result["wall_s"] = time.perf_counter() - T0
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_s"] = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
     sampler.stop()
     result["stages"] = sampler.stages
     result["peak_rss_mb"] = peak_rss_mb()
