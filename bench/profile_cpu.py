@@ -546,6 +546,8 @@ def main() -> None:
     ap.add_argument("--asr-variants", default="int8,bf16", help="optional ASR variants: int8,bf16")
     ap.add_argument("--diar-every-model", action="store_true",
                     help="run the diar section for every model (default: the first only)")
+    ap.add_argument("--results-md", default=None,
+                    help="also write the report to this file (e.g. bench/profile_results.md)")
     ap.add_argument("--cprofile", action="store_true", help="write cProfile listings to bench/results/")
     ap.add_argument("--torch-profile", action="store_true", help="write a torch.profiler op table")
     args = ap.parse_args()
@@ -580,6 +582,10 @@ def main() -> None:
     out.write_text(json.dumps(doc, indent=1, default=str))
     md = report(doc)
     (out.with_suffix(".md")).write_text(md)
+    if args.results_md:
+        path = Path(args.results_md)
+        path.write_text("# CPU profile (latest run)\n\nWritten by `bench/profile_cpu.py`; see bench/README.md. "
+                        "Raw numbers: bench/results/profile-*.json (not committed).\n\n" + md + "\n")
     print(md)
     print(f"JSON: {out}", file=sys.stderr)
 

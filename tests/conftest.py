@@ -21,6 +21,14 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# property tests draw the same examples on every run (a red CI must be reproducible, not luck);
+# HYPOTHESIS_PROFILE=explore draws fresh random examples when hunting for new failures
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("default", derandomize=True)
+_hypothesis_settings.register_profile("explore", derandomize=False)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
 REAL_MODELS = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
 SHARED_AUDIO = ROOT.parent / "shared" / "audio"
 SAMPLE_RATE = 16_000

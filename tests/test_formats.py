@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import html
-import io
 import json
 import subprocess
 import sys
@@ -450,8 +449,6 @@ def test_property_every_format_renders_with_valid_ordered_cues(response):
 @given(responses(), st.lists(st.text(st.characters(categories=("L", "N", "Zs", "P")), min_size=1, max_size=20)
                              .filter(str.strip), max_size=4, unique_by=str.strip))
 def test_property_speaker_names_and_rttm(response, names):
-    from pyannote.database.util import load_rttm
-
     try:
         named = render(response, "json", speaker_names=names)
     except ValueError as err:  # only a name clashing with a kept label may fail
@@ -460,9 +457,11 @@ def test_property_speaker_names_and_rttm(response, names):
     labels = {c.get("speaker") for c in named["chunks"]} - {None}
     assert len(labels) == len({c.get("speaker") for c in response["chunks"]} - {None})
     content = render(response, "rttm", speaker_names=names)["content"]
-    if content:
-        annotation = load_rttm(io.StringIO(content))["audio"]
-        assert set(annotation.labels()) <= {"_".join(n.split()) for n in names} | set(SPEAKERS)
-        expected = [s for s in named["speakers"] if s["speaker"] is not None
-                    and round(s["timestamp"][1] * 1000) > round(s["timestamp"][0] * 1000)]
-        assert len(list(annotation.itertracks())) == len(expected)
+    # parsed by the NIST field layout (10 space-separated fields, the 8th is the speaker), not with
+    # pyannote's pandas-based loader: pandas reads names such as "None" or "NA" as missing values
+    rows = [line.split(" ") for line in content.splitlines()]
+    assert all(len(row) == 10 and row[0] == "SPEAKER" and all(row) for row in rows)
+    assert {row[7] for row in rows} <= {"_".join(n.split()) for n in names} | set(SPEAKERS)
+    expected = [s for s in named["speakers"] if s["speaker"] is not None
+                and round(s["timestamp"][1] * 1000) > round(s["timestamp"][0] * 1000)]
+    assert len(rows) == len(expected)
