@@ -51,6 +51,9 @@ class ModelSettings(BaseSettings):
     max_audio_seconds: float = Field(
         4 * 3600, gt=0, description="longer audio is rejected (checked from the header before "
                                     "decoding everything)")
+    generation_speedups: bool = Field(
+        True, description="output-preserving Whisper speed fixes (whisper_speedups.py); false runs "
+                          "transformers' stock code paths")
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
 

@@ -120,6 +120,11 @@ class WhisperTranscriber:
         self.model = WhisperForConditionalGeneration.from_pretrained(
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
+        if settings.generation_speedups:
+            from whisper_speedups import cache_suppress_masks, keep_encoder_on_sdpa
+
+            keep_encoder_on_sdpa(self.model)
+            cache_suppress_masks(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(
             getattr(gen, "lang_to_id", None))

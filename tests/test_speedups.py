@@ -1,0 +1,95 @@
+"""The speed fixes in whisper_speedups.py change nothing a user sees: same tokens, text and word
+times as transformers' stock code, in plain, chunked and assisted decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+
+from conftest import SAMPLE_RATE, tiny_settings, tone
+from whisper_speedups import CachedSuppressTokens, CachedSuppressTokensAtBegin
+
+
+def test_cached_suppress_processors_equal_stock():
+    g = torch.Generator().manual_seed(0)
+    vocab = 300
+    tokens = [1, 5, 17, 299, 300, 1000]  # ids beyond the vocabulary are ignored, like torch.isin
+    stock, cached = SuppressTokensLogitsProcessor(tokens), SuppressTokensLogitsProcessor(tokens)
+    cached.__class__ = CachedSuppressTokens
+    begin_stock = SuppressTokensAtBeginLogitsProcessor([2, 3, 250], begin_index=4)
+    begin_cached = SuppressTokensAtBeginLogitsProcessor([2, 3, 250], begin_index=4)
+    begin_cached.__class__ = CachedSuppressTokensAtBegin
+    for length in (3, 4, 5, 4):
+        ids = torch.zeros((2, length), dtype=torch.long)
+        scores = torch.randn((2, vocab), generator=g)
+        assert torch.equal(stock(ids, scores.clone()), cached(ids, scores.clone()))
+        assert torch.equal(begin_stock(ids, scores.clone()), begin_cached(ids, scores.clone()))
+    empty, empty_cached = SuppressTokensLogitsProcessor([]), SuppressTokensLogitsProcessor([])
+    empty_cached.__class__ = CachedSuppressTokens
+    scores = torch.randn((2, vocab), generator=g)
+    assert torch.equal(empty(ids, scores.clone()), empty_cached(ids, scores.clone()))
+    begin_stock.set_begin_index(6)
+    begin_cached.set_begin_index(6)
+    ids = torch.zeros((2, 6), dtype=torch.long)
+    scores = torch.randn((2, vocab), generator=g)
+    out = begin_cached(ids, scores.clone())
+    assert torch.equal(begin_stock(ids, scores.clone()), out)
+    assert torch.isinf(out[:, [2, 3, 250]]).all()
+
+
+@pytest.fixture(scope="module")
+def transcribers(tiny_models):
+    from whisper_asr import WhisperTranscriber, resolve_device
+
+    out = {}
+    for fast in (True, False):
+        settings = tiny_settings(tiny_models, generation_speedups=fast)
+        device, dtype = resolve_device(settings)
+        out[fast] = WhisperTranscriber(settings, device, dtype)
+    return out
+
+
+def _speech_like(seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    audio = tone(seconds, freq=180.0) + 0.05 * rng.standard_normal(int(seconds * SAMPLE_RATE)).astype(np.float32)
+    return audio.astype(np.float32)
+
+
+@pytest.mark.parametrize("seconds,assisted", [(6.0, False), (6.0, True), (40.0, False)])
+def test_speedups_keep_output_identical(transcribers, seconds, assisted):
+    from config import InferenceConfig
+
+    audio = _speech_like(seconds)
+    caps = transcribers[True].capabilities(has_diarization=False)
+    cfg = InferenceConfig.from_request({"language": "en", "assisted": assisted,
+                                        "return_word_timestamps": True}, caps)
+    results = {}
+    for fast, transcriber in transcribers.items():
+        # twice: the second request runs after word timestamps switched the attention to eager
+        first = transcriber.transcribe(audio, cfg, word_timestamps=True)
+        second = transcriber.transcribe(audio, cfg, word_timestamps=True)
+        assert first == second
+        results[fast] = first
+    assert results[True].text == results[False].text
+    assert results[True].chunks == results[False].chunks
+    assert results[True].words == results[False].words
+    assert results[True].words  # the comparison covered word timestamps
+
+
+def test_encoder_stays_on_sdpa_after_word_timestamps(transcribers):
+    import transformers
+
+    from config import InferenceConfig
+
+    fast = transcribers[True]
+    fast.transcribe(_speech_like(4.0), InferenceConfig(language="en"), word_timestamps=True)
+    model = fast.model.model
+    assert model.encoder.layers[0].self_attn.config._attn_implementation == "sdpa"
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        # the decoder switched for the cross-attention weights the word times need
+        assert model.decoder.layers[0].encoder_attn.config._attn_implementation == "eager"
