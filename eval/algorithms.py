@@ -16,6 +16,9 @@ output leaves it out.
   (``alignment.assign_speakers``; nearest turn when it overlaps none).
 * ``word_raw`` -- (c') ours, word level on Whisper's raw word times: ``attribute_words(smooth=False,
   tidy=False)`` (only when alignment.py has ``tidy_word_times``): shows what the tidying does.
+* ``word_plain`` -- (c'') ours, word level on tidied times but plain max overlap: no timing-lag
+  calibration, no continuity on near ties (``calibrate=False, continuity=False``): shows what
+  those two do.
 * ``word`` -- (c) ours, word level without smoothing (``alignment.attribute_words(smooth=False)``,
   word times tidied by ``tidy_word_times`` first as the endpoint does).
 * ``word_smooth`` -- (d) ours, word level with one-word-blip smoothing (``smooth=True``, what the
@@ -42,11 +45,13 @@ from metrics import HypToken, normalize_word
 Span = tuple[str, Optional[float], Optional[float]]
 
 HAS_TIDY = "tidy" in inspect.signature(attribute_words).parameters
+HAS_CALIBRATE = "calibrate" in inspect.signature(attribute_words).parameters
 
 ALGORITHMS = {
     "hf_original": "(a) original HF handler",
     "chunk_overlap": "(b) chunk max-overlap",
     **({"word_raw": "(c') ours: word-level, raw word times"} if HAS_TIDY else {}),
+    **({"word_plain": "(c'') ours: word-level, plain max overlap"} if HAS_CALIBRATE else {}),
     "word": "(c) ours: word-level",
     "word_smooth": "(d) ours: word-level + smoothing",
 }
@@ -101,11 +106,13 @@ def chunk_overlap(chunks: Sequence[Span], words, turns: Sequence[Turn], duration
     return _chunk_tokens(chunks, [p.speaker for p in pieces], [False] * len(pieces), spans)
 
 
-def _word_level(smooth: bool, tidy: bool = True) -> Callable:
+def _word_level(smooth: bool, tidy: bool = True, plain: bool = False) -> Callable:
     def run(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
             ) -> list[HypToken]:
         spans = resolve_times([(s, e) for _, s, e in words], duration)
         extra = {} if tidy else {"tidy": False}  # attribute_words tidies word times by default
+        if plain:
+            extra.update(calibrate=False, continuity=False)
         pieces = attribute_words([Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)],
                                  SpeakerIndex(turns), smooth=smooth, **extra)
         return [HypToken(tok, p.speaker, p.start, p.end, False, i)
@@ -135,6 +142,7 @@ RUNNERS = {
     "hf_original": hf_original,
     "chunk_overlap": chunk_overlap,
     **({"word_raw": _word_level(False, tidy=False)} if HAS_TIDY else {}),
+    **({"word_plain": _word_level(False, plain=True)} if HAS_CALIBRATE else {}),
     "word": _word_level(False),
     "word_smooth": _word_level(True),
 }

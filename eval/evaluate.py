@@ -41,7 +41,7 @@ from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  #
 MODEL_DIRS = {"tiny.en": "whisper-tiny.en", "base": "whisper-base"}
 MODES = ("oracle", "pipeline")
 OURS = ("word", "word_smooth")
-WORD_LEVEL = ("word_raw", "word", "word_smooth")
+WORD_LEVEL = ("word_raw", "word_plain", "word", "word_smooth")
 BASELINES = ("hf_original", "chunk_overlap")
 TARGET_WDER = 0.015
 TARGET_CP_GAP = 0.01

@@ -184,3 +184,41 @@ def test_tidy_moves_a_stretched_first_word_to_the_right_speaker():
     word = [Piece(" Hello.", 0.0, 6.98), Piece(" Hi.", 7.6, 8.0), Piece(" there", 8.0, 8.3)]
     assert attribute_words(word, t, tidy=False)[0].speaker == A
     assert attribute_words(word, t)[0].speaker == B
+
+
+def test_timing_offset_measures_a_lag_at_clean_turn_starts():
+    from alignment import timing_offset
+
+    t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A), (5.5, 6.5, B))  # B at 5.5 starts in overlap
+    words = [Piece(" w", s + 0.12, s + 0.4) for s in (0.0, 2.1, 4.2)] + [Piece(" x", 5.2, 5.4)]
+    assert abs(timing_offset(words, t) - 0.12) < 1e-9
+    # too few edges with a word nearby: no correction
+    assert timing_offset(words[:2], t) == 0.0
+    # inside the dead zone (about two 20 ms frames): no correction
+    assert timing_offset([Piece(w.text, w.start - 0.09, w.end) for w in words], t) == 0.0
+    # far off edges are not evidence; a large lag is clamped
+    assert timing_offset([Piece(w.text, w.start + 0.3, w.end + 0.3) for w in words], t, window=1.0) == 0.3
+    assert timing_offset([Piece(w.text, w.start + 0.5, w.end + 0.5) for w in words], t) == 0.0
+    assert timing_offset([], t) == 0.0 and timing_offset(words, []) == 0.0
+
+
+def test_calibrated_lookup_keeps_a_lagging_last_word_with_its_speaker():
+    # every word runs 0.12 s late; A's last word also absorbs the pause before B starts
+    t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A))
+    words = [Piece(" one", 0.12, 0.7), Piece(" two", 0.7, 1.72), Piece(" them.", 1.72, 2.5),
+             Piece(" And", 2.5, 2.9), Piece(" so", 2.9, 4.32), Piece(" on.", 4.32, 4.8)]
+    assert [w.speaker for w in attribute_words(words, t, calibrate=False)][2] == B
+    out = attribute_words(words, t)
+    assert [w.speaker for w in out] == [A, A, A, B, B, A]
+    # the words keep their own times
+    assert [(w.start, w.end) for w in out] == [(w.start, w.end) for w in words]
+
+
+def test_overlapped_speech_keeps_the_speaker_already_talking():
+    # B starts talking over A at 5.0; both turns cover the words in 5.0-6.0 equally
+    t = turns((0.0, 6.0, A), (5.0, 9.0, B))
+    words = [Piece(" so", 4.5, 4.9), Piece(" what", 5.1, 5.4), Piece(" can", 5.4, 5.7),
+             Piece(" we", 6.2, 6.5)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, A, A, B]
+    # a clear majority still wins over continuity
+    assert [w.speaker for w in attribute_words([Piece(" so", 4.5, 4.9), Piece(" yes", 5.7, 6.6)], t)] == [A, B]
