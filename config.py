@@ -144,6 +144,11 @@ class InferenceConfig(BaseModel):
         Field("json", description="text formats come back as {'format', 'content'}")
     speaker_names: Optional[list[str]] = Field(
         None, description="names for the speakers in order of first appearance")
+    hallucination_filter: bool = Field(
+        True, description="remove runs of 4+ words that Whisper wrote with no audio under them "
+                          "(word times of zero length: repeated text after the speech); named in "
+                          "warnings. Needs word times: applies with diarization or "
+                          "return_word_timestamps")
     vad_filter: bool = Field(True, description="return an empty transcript for audio without speech "
                                                "(digital silence, or no speech found by the "
                                                "diarization) instead of Whisper's hallucinations")

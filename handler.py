@@ -75,6 +75,9 @@ class EndpointHandler:
         finally:
             result, error = self._diarization_result(pending)
         turns, extra = None, {}
+        warnings = [f"removed {len(run.split())} words Whisper wrote with no audio under them "
+                    f"(a repetition after the speech): {run!r} (set hallucination_filter=false "
+                    "to keep them)" for run in asr.dropped]
         if diarized and error is None:
             # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
             turns = rename_speakers(result.exclusive_turns if result.exclusive_turns is not None
@@ -82,13 +85,15 @@ class EndpointHandler:
             if not turns and not result.turns and config.vad_filter and asr.text.strip():
                 # the diarization's segmentation model heard no speech anywhere: what Whisper
                 # wrote is a hallucination on noise or music. Say what was dropped.
-                extra["warnings"] = [f"no speech detected; dropped the transcript {asr.text.strip()!r} "
-                                     "(set vad_filter=false to keep it)"]
+                warnings.append(f"no speech detected; dropped the transcript {asr.text.strip()!r} "
+                                "(set vad_filter=false to keep it)")
                 asr.text, asr.chunks, asr.words = "", [], ([] if asr.words is not None else None)
         elif diarized:
             # the transcript is still worth returning: say plainly that speakers are missing
             turns = []
-            extra["warnings"] = [f"speaker diarization failed ({error}); the transcript has no speakers"]
+            warnings.append(f"speaker diarization failed ({error}); the transcript has no speakers")
+        if warnings:
+            extra["warnings"] = warnings
         words = [(w.text, w.start, w.end) for w in asr.words] if asr.words is not None else None
         return self._render(build_response(
             asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns, duration, asr.language,

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from audio_decode import SAMPLE_RATE
+from hallucination import drop_squeezed
 from config import InferenceConfig, ModelCapabilities, ModelSettings
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class AsrResult:
     # word timestamps from the alignment heads (cross-attention DTW); None when not computed
     words: Optional[list[AsrChunk]] = None
     assisted: bool = False  # whether the assistant model drafted the tokens
+    # text removed by the hallucination filter (hallucination.py), one entry per removed run
+    dropped: list[str] = field(default_factory=list)
 
 
 def _pipeline_class():
@@ -227,8 +230,16 @@ class WhisperTranscriber:
         words = [_chunk(c) for c in out.get("chunks") or []] if words_mode else None
         if not self.multilingual:
             language = "en"
-        return AsrResult(text=out.get("text", ""), chunks=chunks, language=language, words=words,
-                         assisted=assisted)
+        text, dropped = out.get("text", ""), []
+        if words and cfg.hallucination_filter:
+            cleaned = drop_squeezed([(c.text, c.start, c.end) for c in chunks],
+                                    [(w.text, w.start, w.end) for w in words])
+            if cleaned is not None:
+                text, dropped = cleaned.text, cleaned.dropped
+                chunks = [AsrChunk(*c) for c in cleaned.segments]
+                words = [AsrChunk(*w) for w in cleaned.words]
+        return AsrResult(text=text, chunks=chunks, language=language, words=words,
+                         assisted=assisted, dropped=dropped)
 
     def detect_language(self, audio: np.ndarray) -> Optional[str]:
         """Whisper's language detection on the first 30 s."""

@@ -98,3 +98,25 @@ def test_multilingual_base_with_language(tmp_path):
     assert r["language"] == "en" and wer(ref_words, words(r["text"])) <= 0.6
     auto = h({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode()})
     assert auto["language"] == "en"  # detected
+
+
+def test_base_repetition_after_the_speech_is_removed_and_named():
+    # whisper base, decoded greedily by transformers, repeats earlier sentences after the last
+    # word of pyannote's sample with every word timed 29.98-29.98 s (hallucination.py)
+    need(REAL_MODELS / "whisper-base", SAMPLE)
+    from config import ModelSettings
+    from handler import EndpointHandler
+
+    h = EndpointHandler(settings=ModelSettings(asr_model=str(REAL_MODELS / "whisper-base"),
+                                               diarization_model=""))
+    payload = base64.b64encode(SAMPLE.read_bytes()).decode()
+    ref_words = [w for _, _, _, text in reference() for w in words(text)]
+    kept = h({"inputs": payload, "parameters": {"return_word_timestamps": True}})
+    raw = h({"inputs": payload, "parameters": {"return_word_timestamps": True,
+                                               "hallucination_filter": False}})
+    assert "warnings" not in raw and "warnings" in kept
+    assert "no audio under them" in kept["warnings"][0] and "Sheila" in kept["warnings"][0]
+    assert wer(ref_words, words(kept["text"])) < wer(ref_words, words(raw["text"])) - 0.1
+    flat = [w for c in kept["chunks"] for w in c["words"]]
+    assert "".join(w["word"] for w in flat) == kept["text"]
+    assert not any(all(w["end"] - w["start"] <= 0.02 for w in flat[i:i + 4]) for i in range(len(flat) - 3))
