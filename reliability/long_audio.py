@@ -173,24 +173,6 @@ def load_handler(models: str, work: Path):
     return EndpointHandler(settings=settings)
 
 
-def drop_encoder_attentions(asr) -> None:
-    """The fix proposed for whisper_asr.py, applied from outside: word timestamps need the
-    decoder's cross-attentions only, but Whisper's generate asks the encoder for its
-    self-attention weights too (layers x heads x 1500 x 1500 per 30 s window, eager attention),
-    for every window of the batch at once."""
-    import functools
-
-    encoder = asr.model.get_encoder()
-    forward = encoder.forward
-
-    @functools.wraps(forward)
-    def without_attentions(*a, **k):
-        k["output_attentions"] = False
-        return forward(*a, **k)
-
-    encoder.forward = without_attentions
-
-
 def child(args) -> int:
     global T0
     import handler as handler_module
@@ -206,11 +188,9 @@ def child(args) -> int:
 
     parameters = {k: coerce_value(v) for k, v in parameters.items()}
     result: dict[str, Any] = {"models": args.models, "stage": args.stage, "rss_start_mb": rss_mb(),
-                              "parameters": parameters, "patched": args.patch_encoder_attentions}
+                              "parameters": parameters}
     started = time.perf_counter()
     h = load_handler(args.models, args.work)
-    if args.patch_encoder_attentions:
-        drop_encoder_attentions(h.asr)
     result["load_s"] = time.perf_counter() - started
     gc.collect()
     result["rss_loaded_mb"] = rss_mb()
@@ -343,9 +323,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "fails there instead of the OOM killer picking a process on this machine")
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a request parameter, e.g. batch_size=4 (repeatable)")
-    parser.add_argument("--patch-encoder-attentions", action="store_true",
-                        help="apply the proposed whisper_asr.py fix (no encoder attention weights for "
-                             "word timestamps) to measure its effect")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "asr-reliability")
     parser.add_argument("--json", help="write the results here")
     # the measured subprocess
@@ -364,8 +341,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = []
     for m in minutes:
         extra = [f"--max-memory-gb={args.max_memory_gb}"] + [f"--param={p}" for p in args.param]
-        if args.patch_encoder_attentions:
-            extra.append("--patch-encoder-attentions")
         r = run_one(m, models, args.format, args.stage, args.work, args.limit_minutes * 60, extra)
         results.append(r)
         if "error" in r:
