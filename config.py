@@ -133,7 +133,8 @@ class InferenceConfig(BaseModel):
         description=f"30 s windows decoded at once; default {DEFAULT_BATCH_SIZE} (1 when assisted)")
     assisted: Union[bool, Literal["auto"]] = Field(
         "auto", description="speculative decoding with the assistant model: true, false, or 'auto' "
-                            "(assisted when the audio fits one window and an assistant is loaded)")
+                            "(for audio that fits one window: the mode measured faster on this deployment; "
+                            "longer audio: batched plain decoding)")
     chunk_length_s: float = Field(MAX_CHUNK_LENGTH_S, ge=MIN_CHUNK_LENGTH_S, le=MAX_CHUNK_LENGTH_S)
     num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
@@ -209,19 +210,24 @@ class InferenceConfig(BaseModel):
             object.__setattr__(self, "language", code)
         return self
 
+    def assist_eligible(self, duration_s: float, has_assistant: bool) -> bool:
+        """Whether assisted and plain decoding are interchangeable for this request: an
+        assistant is loaded, the audio fits one window (assisted decoding runs at batch 1, so for
+        longer audio batched windows win: measured on an A10 with large-v3 + distil-large-v3,
+        assisted took 327 ms vs 784 ms plain on 8 s, but 4.15 s vs 3.48 s on 60 s), decoding is
+        greedy and no batch size above 1 was asked for."""
+        first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
+        return (has_assistant and duration_s <= self.chunk_length_s and first_temperature == 0
+                and self.batch_size in (None, 1))
+
     def use_assistant(self, duration_s: float, has_assistant: bool) -> bool:
-        """Whether to decode with the assistant. ``auto``: yes when an assistant is loaded, the
-        audio fits one window (assisted decoding runs at batch 1, so for longer audio batched
-        windows win: measured on an A10 with large-v3 + distil-large-v3, assisted took 327 ms vs
-        784 ms plain on 8 s, but 4.15 s vs 3.48 s on 60 s), decoding is greedy and no batch size
-        above 1 was asked for."""
+        """Whether to decode with the assistant. ``auto``: when :meth:`assist_eligible` (the
+        transcriber then lets :class:`assist_policy.AssistPolicy` pick the measured faster mode)."""
         if self.assisted is True:
             return True
         if self.assisted is False or not has_assistant:
             return False
-        first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
-        return (duration_s <= self.chunk_length_s and first_temperature == 0
-                and self.batch_size in (None, 1))
+        return self.assist_eligible(duration_s, has_assistant)
 
     def batch_size_for(self, assisted: bool) -> int:
         if self.batch_size is not None:

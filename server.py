@@ -646,6 +646,13 @@ class Metrics:
         if runner.load_seconds is not None:
             metric("asr_model_load_seconds", "gauge", "Seconds the model took to load.",
                    [("", round(runner.load_seconds, 3))])
+        policy = getattr(getattr(runner.handler, "asr", None), "assist_policy", None)
+        if policy is not None and getattr(runner.handler.asr, "assistant", None) is not None:
+            snap = policy.snapshot()
+            metric("asr_auto_decode_seconds_per_audio_second", "gauge",
+                   "Median decode time per second of one-window audio, by mode, that assisted='auto' "
+                   "chooses from.", [(f'{{mode="{m}"}}', v["median_s_per_audio_s"]) for m, v in snap.items()
+                                     if v["median_s_per_audio_s"] is not None])
         return "\n".join(lines) + "\n"
 
 

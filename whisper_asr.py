@@ -15,11 +15,13 @@ Two measured pitfalls are handled here:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 
+from assist_policy import AssistPolicy
 from audio_decode import SAMPLE_RATE
 from hallucination import drop_squeezed
 from config import InferenceConfig, ModelCapabilities, ModelSettings
@@ -135,6 +137,7 @@ class WhisperTranscriber:
         self.has_alignment_heads = bool(getattr(gen, "alignment_heads", None))
 
         self.assistant = None
+        self.assist_policy = AssistPolicy()
         if settings.assistant_model:
             previous = transformers.logging.get_verbosity()
             # loading a full Whisper checkpoint decoder-only lists every encoder weight as unused
@@ -213,9 +216,16 @@ class WhisperTranscriber:
         # audio that fits one window is decoded whole: chunking it would cut a short file into
         # overlapping windows whose merge can repeat or lose words at the seams
         chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE
-        assisted = cfg.use_assistant(len(audio) / SAMPLE_RATE, self.assistant is not None)
+        seconds = len(audio) / SAMPLE_RATE
+        assisted = cfg.use_assistant(seconds, self.assistant is not None)
+        # for audio that fits one window both modes give the same text: "auto" takes the one
+        # this deployment has measured to be faster (assist_policy.py)
+        eligible = cfg.assist_eligible(seconds, self.assistant is not None)
+        if eligible and cfg.assisted == "auto":
+            assisted = self.assist_policy.choose()
         window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.batch_size_for(assisted)} \
             if chunked else {}
+        started = time.perf_counter()
         with torch.inference_mode():
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
@@ -223,6 +233,8 @@ class WhisperTranscriber:
                 return_timestamps="word" if words_mode else True,
                 generate_kwargs=self.generate_kwargs(cfg, language, assisted),
             )
+        if eligible:
+            self.assist_policy.record(assisted, seconds, time.perf_counter() - started)
         segments = out.get("segments") if words_mode else out.get("chunks")
         chunks = [_chunk(c) for c in segments or []]
         if not chunks and out.get("text"):

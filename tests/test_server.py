@@ -404,6 +404,9 @@ def test_metrics_after_requests(servers):
     assert m["asr_queue_depth"] == 0 and m["asr_requests_in_flight"] == 0
     assert m["asr_inference_running"] == 0
     assert m["asr_model_ready"] == 1 and m["asr_model_load_seconds"] > 0
+    # assisted="auto" on the 2 s clips tried both modes (the tiny models include an assistant)
+    assert m['asr_auto_decode_seconds_per_audio_second{mode="assisted"}'] > 0
+    assert m['asr_auto_decode_seconds_per_audio_second{mode="plain"}'] > 0
 
 
 # --------------------------------------------------------------------------- broken server

@@ -93,3 +93,23 @@ def test_encoder_stays_on_sdpa_after_word_timestamps(transcribers):
     if int(transformers.__version__.split(".")[0]) >= 5:
         # the decoder switched for the cross-attention weights the word times need
         assert model.decoder.layers[0].encoder_attn.config._attn_implementation == "eager"
+
+
+def test_auto_tries_both_modes_on_one_window_audio_with_identical_output(transcribers):
+    from config import InferenceConfig
+
+    from assist_policy import AssistPolicy
+
+    transcriber = transcribers[True]
+    transcriber.assist_policy = AssistPolicy()  # earlier tests' timings would decide already
+    caps = transcriber.capabilities(has_diarization=False)
+    audio = _speech_like(5.0)
+    auto = InferenceConfig.from_request({"language": "en"}, caps)
+    assert auto.assisted == "auto" and auto.assist_eligible(5.0, True)
+    results = [transcriber.transcribe(audio, auto, word_timestamps=True) for _ in range(4)]
+    assert {r.assisted for r in results} == {True, False}
+    assert all(r.text == results[0].text and r.words == results[0].words for r in results)
+    assert all(v["timings"] >= 2 for v in transcriber.assist_policy.snapshot().values())
+    # long audio is never assisted under auto: batched windows
+    long = transcriber.transcribe(_speech_like(40.0), auto)
+    assert long.assisted is False
