@@ -121,6 +121,21 @@ def worker_handler(spec: dict) -> dict:
 
     if spec["warmup"]:
         h({"inputs": warm, "parameters": params})
+    policy = getattr(h.asr, "assist_policy", None)
+    auto_learning = 0
+    if spec["mode"] == "auto" and policy is not None and h.asr.assistant is not None:
+        # assisted="auto" learns which mode is faster from the requests it serves (assist_policy.py):
+        # measure the steady state of a deployment that has served this kind of request, not its
+        # first requests (ASR only: the diarization does not depend on the mode)
+        from config import InferenceConfig
+
+        cfg = InferenceConfig.from_request(params, h.capabilities)
+        clip = decode_audio(data)
+        if cfg.assist_eligible(len(clip) / SR, True):
+            while min(v["timings"] for v in policy.snapshot().values()) < policy.min_samples:
+                timed_transcribe(clip, cfg, word_timestamps=True)
+                auto_learning += 1
+        del clip
     runs = []
     reset_ok = reset_peak_rss()
     rss_before = rss_mb()
@@ -150,6 +165,8 @@ def worker_handler(spec: dict) -> dict:
         "decoder_steps": run["calls"].get("asr.decoder"),
         "wer": wer(reference, run["text"]), "text": run["text"], "params": params,
         "assistant_used": used_assistant[-1] if used_assistant else None,
+        "auto_learning_requests": auto_learning,
+        "auto_policy": policy.snapshot() if policy is not None and spec["mode"] == "auto" else None,
         "rss_start_mb": rss0, "rss_loaded_mb": rss_loaded, "rss_before_request_mb": rss_before,
         "peak_rss_mb": peak if reset_ok else None,
         "peak_above_loaded_mb": (peak - rss_loaded) if reset_ok and peak and rss_loaded else None,
