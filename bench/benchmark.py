@@ -36,6 +36,9 @@ VARIANTS = {
     "default": (None, {}),
     "threads1": (1, {}),
     "omp-passive": (None, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    # the ASR alone, as faster-whisper runs: no diarization thread beside it, word timestamps on
+    "asr-only": (None, {"BENCH_ASR_ONLY": "1"}),
+    "asr-only-1t": (1, {"BENCH_ASR_ONLY": "1"}),
 }
 WARMUP_S = 5.0  # the warm-up request: the input's first seconds (lazy initialisation, eager switch)
 FW_OPTIONS = {"beam_size": 1, "word_timestamps": True, "vad_filter": False}
@@ -50,6 +53,8 @@ def _handler_params(model: str, mode: str) -> dict:
         params["language"] = "en"  # same as faster-whisper below: no language detection pass
     # explicit in every mode: the handler's default may be "auto"
     params["assisted"] = {"plain": False, "assisted": True, "auto": "auto"}[mode]
+    if os.environ.get("BENCH_ASR_ONLY"):
+        params["return_word_timestamps"] = True  # as faster-whisper's word_timestamps=True
     return params
 
 
@@ -81,7 +86,7 @@ def worker_handler(spec: dict) -> dict:
     t = time.perf_counter()
     h = EndpointHandler(settings=ModelSettings(
         asr_model=str(m["hf"]), assistant_model=str(m["assistant"]) if assisted else None,
-        diarization_model=str(PIPELINE), device="cpu"))
+        diarization_model="" if os.environ.get("BENCH_ASR_ONLY") else str(PIPELINE), device="cpu"))
     load_s = time.perf_counter() - t
     rss_loaded = rss_mb()
 
@@ -305,7 +310,8 @@ def main() -> None:
     ap.add_argument("--variants", default="default",
                     help="process settings to compare side by side, comma list of: "
                          "default (--threads, environment as is), threads1 (1 torch/CTranslate2 thread), "
-                         "omp-passive (OMP_WAIT_POLICY=PASSIVE)")
+                         "omp-passive (OMP_WAIT_POLICY=PASSIVE), asr-only / asr-only-1t (no diarization, word "
+                         "timestamps on: the ASR alone, as faster-whisper runs)")
     ap.add_argument("--no-warmup", action="store_true", help="measure the first request (cold)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     ap.add_argument("--no-results-md", action="store_true", help="do not overwrite bench/results.md")

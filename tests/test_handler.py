@@ -81,8 +81,17 @@ def test_assistant_is_really_used(handler, speech_like_wav):
         calls.clear()
         handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": False}})
         assert not calls, "plain decoding must not run the assistant"
+        # assisted='auto' (the default), audio that fits one window: a fresh deployment times both
+        # modes before it keeps the faster (assist_policy.py), the assistant first
+        from assist_policy import AssistPolicy
+
+        handler.asr.assist_policy = AssistPolicy()
+        calls.clear()
         handler({"inputs": b64(speech_like_wav)})
-        assert calls, "assisted='auto' (the default) uses the assistant for audio that fits one window"
+        assert calls, "assisted='auto' tries the assistant on one-window audio"
+        calls.clear()
+        handler({"inputs": b64(speech_like_wav)})
+        assert not calls, "assisted='auto' times plain decoding next"
     finally:
         hook.remove()
 
