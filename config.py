@@ -22,7 +22,12 @@ DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
 DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
 DEFAULT_DIARIZATION_MODEL = "pyannote/speaker-diarization-3.1"
 
-DEFAULT_BATCH_SIZE = 24
+DEFAULT_BATCH_SIZE = 24  # GPU: windows decoded at once for long audio
+# CPU: batching buys little there (the matrix products are already large) while every window in
+# the batch keeps its decoder's cross-attention weights for word timestamps: measured on 10 min
+# of speech with whisper tiny.en, batch 24 peaked 3023 MB above the loaded model, batch 8 1312 MB,
+# with the same words (reliability/long_audio.py --stage asr --param batch_size=N)
+DEFAULT_CPU_BATCH_SIZE = 8
 MAX_BATCH_SIZE = 64
 MAX_CHUNK_LENGTH_S = 30.0
 # shorter windows multiply the decoding work (a window every few samples would run for hours)
@@ -130,7 +135,8 @@ class InferenceConfig(BaseModel):
     language: Optional[str] = Field(None, description="Whisper language code or name; None: detect")
     batch_size: Optional[int] = Field(
         None, ge=1, le=MAX_BATCH_SIZE,
-        description=f"30 s windows decoded at once; default {DEFAULT_BATCH_SIZE} (1 when assisted)")
+        description=f"30 s windows decoded at once; default {DEFAULT_BATCH_SIZE} on GPU, "
+                    f"{DEFAULT_CPU_BATCH_SIZE} on CPU (1 when assisted)")
     assisted: Union[bool, Literal["auto"]] = Field(
         "auto", description="speculative decoding with the assistant model: true, false, or 'auto' "
                             "(for audio that fits one window: the mode measured faster on this deployment; "
@@ -229,10 +235,11 @@ class InferenceConfig(BaseModel):
             return False
         return self.assist_eligible(duration_s, has_assistant)
 
-    def batch_size_for(self, assisted: bool) -> int:
+    def batch_size_for(self, assisted: bool, default: int = DEFAULT_BATCH_SIZE) -> int:
+        """The batch size asked for, else 1 when assisted, else ``default`` (the device's)."""
         if self.batch_size is not None:
             return self.batch_size
-        return 1 if assisted else DEFAULT_BATCH_SIZE
+        return 1 if assisted else default
 
     @classmethod
     def from_request(cls, parameters: Any, capabilities: ModelCapabilities) -> "InferenceConfig":

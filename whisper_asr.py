@@ -24,7 +24,8 @@ import numpy as np
 from assist_policy import AssistPolicy
 from audio_decode import SAMPLE_RATE
 from hallucination import drop_squeezed
-from config import InferenceConfig, ModelCapabilities, ModelSettings
+from config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig, ModelCapabilities,
+                    ModelSettings)
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,8 @@ class WhisperTranscriber:
 
         token = settings.token()
         self.device, self.dtype = device, dtype
+        self.default_batch_size = DEFAULT_BATCH_SIZE if str(device).startswith("cuda") \
+            else DEFAULT_CPU_BATCH_SIZE
         self.max_new_tokens = settings.max_new_tokens
         self.processor = AutoProcessor.from_pretrained(settings.asr_model, token=token)
         self.model = WhisperForConditionalGeneration.from_pretrained(
@@ -223,7 +226,7 @@ class WhisperTranscriber:
         eligible = cfg.assist_eligible(seconds, self.assistant is not None)
         if eligible and cfg.assisted == "auto":
             assisted = self.assist_policy.choose()
-        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.batch_size_for(assisted)} \
+        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} \
             if chunked else {}
         started = time.perf_counter()
         with torch.inference_mode():

@@ -153,3 +153,12 @@ def test_prompt_and_formats():
     rejects({"response_format": "docx"}, "'srt'", "'vtt'")
     rejects({"speaker_names": "Alice"}, "'speaker_names'")
     rejects({"speaker_names": ["Alice", "Alice"]}, "speaker_names")
+
+
+def test_default_batch_size_follows_the_device():
+    from config import DEFAULT_CPU_BATCH_SIZE
+
+    cfg = InferenceConfig()
+    assert cfg.batch_size_for(False, DEFAULT_CPU_BATCH_SIZE) == DEFAULT_CPU_BATCH_SIZE < DEFAULT_BATCH_SIZE
+    assert cfg.batch_size_for(True, DEFAULT_CPU_BATCH_SIZE) == 1
+    assert InferenceConfig(batch_size=16).batch_size_for(False, DEFAULT_CPU_BATCH_SIZE) == 16

@@ -113,3 +113,9 @@ def test_auto_tries_both_modes_on_one_window_audio_with_identical_output(transcr
     # long audio is never assisted under auto: batched windows
     long = transcriber.transcribe(_speech_like(40.0), auto)
     assert long.assisted is False
+
+
+def test_cpu_decodes_long_audio_in_batches_of_eight(transcribers):
+    from config import DEFAULT_CPU_BATCH_SIZE
+
+    assert all(t.default_batch_size == DEFAULT_CPU_BATCH_SIZE == 8 for t in transcribers.values())
