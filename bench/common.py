@@ -57,23 +57,18 @@ def setup_env() -> None:
 
 # --------------------------------------------------------------------------- text / WER
 
-_SPELLING = {"mr": "mister", "mrs": "missus", "dr": "doctor", "ok": "okay"}
-_DASHES = re.compile(r"[-\u2010-\u2015/]")
-_NOT_WORD = re.compile(r"[^a-z0-9' ]+")
-
-
 def normalize(text: str) -> str:
-    """Lowercase, quotes straightened, dashes split, punctuation dropped, a few abbreviations
-    spelled out (the same rules as eval/metrics.py, copied so bench/ does not depend on eval/)."""
-    t = text.lower().replace("\u2019", "'").replace("\u2018", "'")
-    t = _DASHES.sub(" ", t)
-    t = _NOT_WORD.sub("", t)
-    out = []
-    for tok in t.split():
-        tok = tok.strip("'")
-        if tok:
-            out.append(_SPELLING.get(tok, tok))
-    return " ".join(out)
+    """The attribution evaluation's text normalization (eval/metrics.py): lowercase, quotes
+    straightened, dashes split, punctuation dropped, a few abbreviations spelled out."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_eval_metrics", ROOT / "eval" / "metrics.py")
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return " ".join(module.normalize_text(text))
 
 
 def wer(reference: Optional[str], hypothesis: str) -> Optional[float]:

@@ -144,17 +144,13 @@ def causal_lm_from(model, share: bool = True):
 
 
 def encoder_keeps_sdpa(model) -> None:
-    """Give the encoder its own config object, so that generate()'s switch of the shared config to
-    eager attention (done for word timestamps) leaves the encoder on sdpa (see profile_cpu.py)."""
-    import copy
+    """The endpoint's fix (whisper_speedups.keep_encoder_on_sdpa): the encoder gets its own config,
+    so generate()'s switch to eager attention for word timestamps leaves it on sdpa."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from whisper_speedups import keep_encoder_on_sdpa
 
-    enc = model.model.encoder
-    cfg = copy.copy(enc.config)
-    cfg._attn_implementation = "sdpa"
-    for m in enc.modules():
-        if getattr(m, "config", None) is enc.config and m is not enc:
-            m.config = cfg
-    enc.config = cfg
+    assert keep_encoder_on_sdpa(model), "the model must be on sdpa attention first"
 
 
 def set_attn(model, impl: str) -> None:

@@ -57,8 +57,10 @@ def load(model: str, threads: int):
     from config import ModelSettings
     from handler import EndpointHandler
 
+    # the stock transformers code paths: each fix is measured as a variant against them
     return EndpointHandler(settings=ModelSettings(asr_model=str(MODELS[model]["hf"]),
-                                                  diarization_model=str(PIPELINE), device="cpu"))
+                                                  diarization_model=str(PIPELINE), device="cpu",
+                                                  generation_speedups=False))
 
 
 def asr_config(model: str, **extra):
@@ -76,18 +78,12 @@ def set_model(asr, model) -> None:
 
 
 def encoder_keeps_sdpa(model) -> None:
-    """Give the encoder its own config object: transformers' generate() sets
-    ``model.model.config._attn_implementation = "eager"`` for word timestamps, and because every
-    submodule shares that config object, the *encoder* then runs eager attention too, for every
-    later request. With its own copy the encoder stays on sdpa; the decoder (whose cross-attention
-    weights the DTW needs) still switches."""
-    enc = model.model.encoder
-    cfg = copy.copy(enc.config)
-    cfg._attn_implementation = "sdpa"
-    for m in enc.modules():
-        if getattr(m, "config", None) is enc.config and m is not enc:
-            m.config = cfg
-    enc.config = cfg
+    """The endpoint's fix (whisper_speedups.keep_encoder_on_sdpa), applied to a copy of the stock
+    model: generate() sets the *shared* config to eager attention for word timestamps, so the
+    encoder would run eager too; with its own config it stays on sdpa."""
+    from whisper_speedups import keep_encoder_on_sdpa
+
+    assert keep_encoder_on_sdpa(model), "the model must be on sdpa attention first"
 
 
 def attn_impl(model) -> str:
@@ -334,7 +330,8 @@ def section_asr(h, model, audio, ref, args) -> dict:
         from config import ModelSettings
 
         bf = WhisperTranscriber(ModelSettings(asr_model=str(MODELS[model]["hf"]), torch_dtype="bfloat16",
-                                              device="cpu", diarization_model=""),
+                                              device="cpu", diarization_model="",
+                                              generation_speedups=False),
                                 torch.device("cpu"), torch.bfloat16)
         variants["bfloat16"] = run_with(None, transcriber=bf)
 
