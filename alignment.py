@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -265,9 +266,7 @@ def timing_offset(words: Sequence[Piece], turns: Iterable[Turn], window: float =
             offsets.append(near - edge)
     if len(offsets) < min_edges:
         return 0.0
-    offsets.sort()
-    mid = len(offsets) // 2
-    median = offsets[mid] if len(offsets) % 2 else (offsets[mid - 1] + offsets[mid]) / 2
+    median = statistics.median(offsets)
     if abs(median) < dead_zone:
         return 0.0
     return max(-limit, min(limit, median))
@@ -315,29 +314,32 @@ class Segment:
     words: list[Piece]
 
 
-def _char_starts(texts: Sequence[str]) -> list[int]:
-    starts, pos = [], 0
-    for t in texts:
-        starts.append(pos)
+def segment_of_each_word(segment_texts: Sequence[str], word_texts: Sequence[str]) -> list[int]:
+    """Words and segments are two cuts of the same text: for each word, the index of the segment
+    that holds its first non-space character (leading spaces belong to the gap). Words beyond
+    the segments' text (if the texts disagree) go to the last segment; with no segments, 0."""
+    seg_starts, pos = [], 0
+    for t in segment_texts:
+        seg_starts.append(pos)
         pos += len(t)
-    return starts
+    out, pos, j = [], 0, 0
+    for t in word_texts:
+        first = pos + len(t) - len(t.lstrip())
+        while j + 1 < len(seg_starts) and first >= seg_starts[j + 1]:
+            j += 1
+        out.append(j)
+        pos += len(t)
+    return out
 
 
 def split_segments(segment_texts: Sequence[str], words: Sequence[Piece]) -> list[Segment]:
     """Group speaker-attributed words back into Whisper's segments, splitting a segment wherever
-    the speaker changes. Words and segments are two cuts of the same text, so each word goes to
-    the segment that holds its first character; words left over (if the texts disagree) join
-    the last segment. Every word lands in exactly one output segment, in order."""
-    seg_starts = _char_starts(segment_texts)
-    word_starts = _char_starts([w.text for w in words])
+    the speaker changes. Each word goes to the segment that holds its first character
+    (:func:`segment_of_each_word`); words left over (if the texts disagree) join the last
+    segment. Every word lands in exactly one output segment, in order."""
     groups: list[list[Piece]] = [[] for _ in segment_texts] or [[]]
-    j = 0
-    for w, offset in zip(words, word_starts):
-        # first non-space character of the word decides (leading spaces belong to the gap)
-        offset += len(w.text) - len(w.text.lstrip())
-        while j + 1 < len(seg_starts) and offset >= seg_starts[j + 1]:
-            j += 1
-        groups[min(j, len(groups) - 1)].append(w)
+    for w, j in zip(words, segment_of_each_word(segment_texts, [w.text for w in words])):
+        groups[j].append(w)
     out: list[Segment] = []
     for group in groups:
         run: list[Piece] = []

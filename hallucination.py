@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from alignment import segment_of_each_word
+
 MIN_RUN = 4
 MAX_SECONDS = 0.02  # one DTW frame
 
@@ -60,29 +62,13 @@ def drop_squeezed(segments: Sequence[Span], words: Sequence[Span], min_run: int 
     if not runs:
         return None
     drop = {i for r in runs for i in r}
-    owner = _segment_of_each_word([s[0] for s in segments], [w[0] for w in words])
+    owner = segment_of_each_word([s[0] for s in segments], [w[0] for w in words])
     kept_text: list[list[str]] = [[] for _ in segments]
     for i, w in enumerate(words):
         if i not in drop and segments:
             kept_text[owner[i]].append(w[0])
-    new_segments = [(("".join(parts)), s[1], s[2]) for parts, s in zip(kept_text, segments) if parts]
+    new_segments = [("".join(parts), s[1], s[2]) for parts, s in zip(kept_text, segments) if parts]
     new_words = [w for i, w in enumerate(words) if i not in drop]
     return Cleaned(text="".join(w[0] for w in new_words), segments=new_segments, words=new_words,
                    dropped=["".join(words[i][0] for i in r).strip() for r in runs])
 
-
-def _segment_of_each_word(segment_texts: Sequence[str], word_texts: Sequence[str]) -> list[int]:
-    """For each word, the index of the segment holding its first non-space character (words
-    beyond the segments' text go to the last segment)."""
-    seg_starts, pos = [], 0
-    for t in segment_texts:
-        seg_starts.append(pos)
-        pos += len(t)
-    out, pos, j = [], 0, 0
-    for t in word_texts:
-        first = pos + len(t) - len(t.lstrip())
-        while j + 1 < len(seg_starts) and first >= seg_starts[j + 1]:
-            j += 1
-        out.append(j)
-        pos += len(t)
-    return out

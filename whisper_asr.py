@@ -220,14 +220,15 @@ class WhisperTranscriber:
         # overlapping windows whose merge can repeat or lose words at the seams
         chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE
         seconds = len(audio) / SAMPLE_RATE
-        assisted = cfg.use_assistant(seconds, self.assistant is not None)
         # for audio that fits one window both modes give the same text: "auto" takes the one
         # this deployment has measured to be faster (assist_policy.py)
         eligible = cfg.assist_eligible(seconds, self.assistant is not None)
         if eligible and cfg.assisted == "auto":
             assisted = self.assist_policy.choose()
-        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} \
-            if chunked else {}
+        else:
+            assisted = cfg.use_assistant(seconds, self.assistant is not None)
+        window = {"chunk_length_s": cfg.chunk_length_s,
+                  "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         started = time.perf_counter()
         with torch.inference_mode():
             out = self.pipe(

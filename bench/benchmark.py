@@ -98,7 +98,6 @@ def worker_handler(spec: dict) -> dict:
     duration = len(audio) / SR
     warm = base64.b64encode(wav_bytes(audio[: int(WARMUP_S * SR)])).decode()
     payload = base64.b64encode(data).decode()  # what a client sends; encoding it is not timed
-    del audio
     params = _handler_params(spec["model"], spec["mode"])
 
     timers = Timers(keep_spans=("asr", "diarization"))
@@ -135,12 +134,11 @@ def worker_handler(spec: dict) -> dict:
         from config import InferenceConfig
 
         cfg = InferenceConfig.from_request(params, h.capabilities)
-        clip = decode_audio(data)
-        if cfg.assist_eligible(len(clip) / SR, True):
+        if cfg.assist_eligible(duration, True):
             while min(v["timings"] for v in policy.snapshot().values()) < policy.min_samples:
-                timed_transcribe(clip, cfg, word_timestamps=True)
+                timed_transcribe(audio, cfg, word_timestamps=True)
                 auto_learning += 1
-        del clip
+    del audio  # the measured requests decode their own copy
     runs = []
     reset_ok = reset_peak_rss()
     rss_before = rss_mb()
