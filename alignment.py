@@ -282,13 +282,16 @@ def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool 
     one-word blips: a single word whose speaker differs from both neighbours, who agree, moves
     to the neighbours' speaker only when the evidence for its own speaker is weak -- it overlaps
     that speaker's turns for less than half its duration (or not at all) -- and the word does
-    not end or start a sentence (a real one-word reply such as "Yes." keeps its speaker)."""
+    not end or start a sentence (a real one-word reply such as "Yes." keeps its speaker).
+    Before that, :func:`sentence_boundaries` puts a speaker change that falls among words with
+    weak turn evidence at the sentence boundary there."""
     index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
     words = tidy_word_times(words) if tidy else list(words)
     shift = timing_offset(words, index) if calibrate else 0.0
     out = assign_speakers(words, index, continuity=continuity, shift=shift)
-    if not smooth or len(out) < 3 or not len(index):
+    if not smooth or len(out) < 2 or not len(index):
         return out
+    out = sentence_boundaries(out, index, shift)
     for i in range(1, len(out) - 1):
         prev, word, nxt = out[i - 1], out[i], out[i + 1]
         if word.speaker == prev.speaker or prev.speaker != nxt.speaker:
@@ -300,6 +303,82 @@ def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool 
         support = index.overlaps(start, start + max(word.end - word.start, 1e-6)).get(word.speaker, 0.0)
         if support / length < 0.5:
             out[i] = Piece(word.text, word.start, word.end, prev.speaker)
+    return out
+
+
+# a word's turn evidence is weak when its best speaker covers less than WEAK_BEST of it or a
+# second speaker covers at least WEAK_SECOND of it (see sentence_boundaries)
+WEAK_BEST = 0.5
+WEAK_SECOND = 0.1
+# the most words sentence_boundaries moves to another speaker in one run
+MAX_MOVED = 3
+
+
+def coverage(index: SpeakerIndex, start: float, end: float) -> dict[str, float]:
+    """Share of ``[start, end]`` each speaker's turns cover (a zero-length span: 1.0 for each
+    speaker with a turn containing the point)."""
+    if end <= start:
+        eps = 1e-6
+        return {s: 1.0 for s in index.overlaps(start - eps, start + eps)}
+    return {s: min(1.0, v / (end - start)) for s, v in index.overlaps(start, end).items()}
+
+
+def weak_evidence(shares: dict[str, float]) -> bool:
+    """True when the turns do not single out one speaker for a word: no turn covers most of it
+    (it sits in a pause, or the turn edges are off), or two speakers' turns both cover a real
+    part of it (a speaker change or overlapped speech)."""
+    ranked = sorted(shares.values(), reverse=True)
+    return not ranked or ranked[0] < WEAK_BEST or (len(ranked) > 1 and ranked[1] >= WEAK_SECOND)
+
+
+def sentence_boundaries(words: Sequence[Piece], index: SpeakerIndex, shift: float = 0.0
+                        ) -> list[Piece]:
+    """Place a speaker change that falls among weak-evidence words at the sentence boundary.
+
+    Diarization turn edges and Whisper's word times each carry a few tenths of a second of error,
+    so the words around a speaker change -- in the pause between two turns, or in the stretch
+    where the outgoing turn's tail overlaps the incoming turn's head -- are a coin toss by time
+    alone ("...in New Jersey. | And I'm Sheila" with "And" covered by both turns). The text says
+    where the change is when a sentence ends there. For each maximal run of words with
+    :func:`weak_evidence` (looked up at their times minus ``shift``), between a word of speaker X
+    before it and one of speaker Y after it with X != Y and every run word given X or Y: among
+    the split points that follow a sentence end (X's own last word included), the one that moves
+    the fewest words (ties: the earliest) gives the words before it X and the rest Y, when that
+    moves at most :data:`MAX_MOVED` words. Runs without a sentence end, or bounded by one
+    speaker on both sides (a backchannel inside another's turn), are left as they are. Returns
+    new pieces; times are untouched."""
+    out = [Piece(w.text, w.start, w.end, w.speaker) for w in words]
+    n = len(out)
+    weak = [weak_evidence(coverage(index, w.start - shift, w.end - shift)) for w in out]
+    ends_sentence = [w.text.strip().endswith(SENTENCE_END) for w in out]
+    i = 0
+    while i < n:
+        if not weak[i]:
+            i += 1
+            continue
+        a = i
+        while i < n and weak[i]:
+            i += 1
+        b = i  # run is out[a:b]
+        if a == 0 or b == n:
+            continue
+        sx, sy = out[a - 1].speaker, out[b].speaker
+        if sx is None or sy is None or sx == sy:
+            continue
+        if any(out[k].speaker not in (sx, sy) for k in range(a, b)):
+            continue
+        best = None
+        for k in range(a, b + 1):  # out[a:k] -> sx, out[k:b] -> sy
+            if not ends_sentence[k - 1]:
+                continue
+            moved = sum(out[j].speaker != (sx if j < k else sy) for j in range(a, b))
+            if best is None or moved < best[0]:
+                best = (moved, k)
+        if best is None or best[0] > MAX_MOVED:
+            continue
+        k = best[1]
+        for j in range(a, b):
+            out[j].speaker = sx if j < k else sy
     return out
 
 

@@ -456,17 +456,28 @@ def cached_librivox_pieces(models_dir: Path, cache_dir: Path,
     return pieces
 
 
-def _spec_hash() -> str:
-    blob = json.dumps([GENERATOR_VERSION, PIECES_VERSION, DIALOGUES, BACKCHANNELS, TARGET_RMS, NOISE_RMS],
+def dialogue_specs(seed_offset: int = 0) -> list[dict]:
+    """The dialogue specs; a nonzero ``seed_offset`` gives a held-out variant of each (same
+    scripts and voices, other gaps, overlaps, backchannels and noise) for checking rules tuned
+    on the default set."""
+    if not seed_offset:
+        return DIALOGUES
+    return [dict(d, seed=d["seed"] + seed_offset) for d in DIALOGUES]
+
+
+def _spec_hash(specs: list[dict]) -> str:
+    blob = json.dumps([GENERATOR_VERSION, PIECES_VERSION, specs, BACKCHANNELS, TARGET_RMS, NOISE_RMS],
                       sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 
 def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callable[[], Transcribe],
-                  rebuild: bool = False, log=print) -> list[EvalFile]:
-    """The sample plus the generated dialogues (built once into ``cache_dir``, then reused)."""
+                  rebuild: bool = False, log=print, seed_offset: int = 0) -> list[EvalFile]:
+    """The sample plus the generated dialogues (built once into ``cache_dir``, then reused);
+    ``seed_offset`` selects a held-out variant of the dialogues (:func:`dialogue_specs`)."""
     files = [load_sample(models_dir)]
-    out_dir = cache_dir / "data" / _spec_hash()
+    specs = dialogue_specs(seed_offset)
+    out_dir = cache_dir / "data" / _spec_hash(specs)
     manifest = out_dir / "manifest.json"
     if manifest.is_file() and not rebuild:
         dialogues = [EvalFile.from_json(d) for d in json.loads(manifest.read_text())]
@@ -475,7 +486,7 @@ def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callabl
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"building dialogues into {out_dir}...")
     pieces = cached_librivox_pieces(models_dir, cache_dir, transcribe_factory, rebuild, log)
-    dialogues = [build_dialogue(spec, pieces, out_dir) for spec in DIALOGUES]
+    dialogues = [build_dialogue(spec, pieces, out_dir) for spec in specs]
     manifest.write_text(json.dumps([asdict(d) for d in dialogues], indent=1))
     for d in dialogues:
         log(f"  {d.id}: {d.duration:.1f} s, {d.num_speakers} speakers, {len(d.utterances)} utterances")

@@ -309,7 +309,9 @@ def render(result: dict) -> str:
              f"the cache -- computing all of them took ASR {meta['asr_compute_seconds']:.0f} s + "
              f"diarization {meta['diarization_compute_seconds']:.0f} s). "
              f"torch {meta['torch']}, transformers {meta['transformers']}, "
-             f"pyannote.audio {meta['pyannote']}.", "",
+             f"pyannote.audio {meta['pyannote']}."
+             + (f" Held-out dialogues: seeds + {meta['seed_offset']}." if meta.get("seed_offset") else ""),
+             "",
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
              "correct/substituted whose speaker is wrong after the best speaker mapping; dropped = "
              "ASR words missing from the output or left without a speaker.", ""]
@@ -427,6 +429,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="recompute ASR and diarization")
     ap.add_argument("--rebuild-data", action="store_true", help="regenerate the dialogues")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--seed-offset", type=int, default=0,
+                    help="held-out variant of the dialogues: their seeds + this (other gaps, overlaps, "
+                         "backchannels and noise; same scripts and voices). 0: the default set")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -453,7 +458,8 @@ def main(argv=None) -> int:
         base_asr.setdefault("b", Asr(model_path(models_dir, "base")))
         return base_asr["b"].words
 
-    files = build_dataset(models_dir, args.cache_dir, base_words, rebuild=args.rebuild_data, log=log)
+    files = build_dataset(models_dir, args.cache_dir, base_words, rebuild=args.rebuild_data, log=log,
+                          seed_offset=args.seed_offset)
     data_seconds = time.perf_counter() - td
     if args.files != "all":
         wanted = {x.strip() for x in args.files.split(",")}
@@ -619,6 +625,7 @@ def main(argv=None) -> int:
                  "host": f"{platform.machine()}, {os.cpu_count()} CPUs"
                          + (", CUDA" if torch.cuda.is_available() else ""),
                  "models": models, "modes": modes, "models_dir": str(models_dir),
+                 "seed_offset": args.seed_offset,
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
                  "diarization_seconds": diar_seconds, "data_seconds": data_seconds,

@@ -151,6 +151,40 @@ def test_smoothing_fixes_weak_blips_only():
     assert [w.speaker for w in attribute_words(sentence, t, smooth=True)] == [A, B, A]
 
 
+def test_speaker_change_among_weak_words_goes_to_the_sentence_boundary():
+    # B's turn starts while A's turn still runs (a late-ending turn edge): " And" and " I'm" are
+    # covered by both turns, and by time alone would stay with A
+    t = turns((0, 5.0, A), (4.6, 8.0, B))
+    words = [Piece(" Jersey.", 4.0, 4.5), Piece(" And", 4.55, 4.75), Piece(" I'm", 4.75, 5.0),
+             Piece(" Sheila", 5.1, 5.6)]
+    assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, A, A, B]
+    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, B, B, B]
+    # a sentence's last word timed late, into the pause, barely touching the next turn
+    t = turns((0, 2.0, A), (2.5, 5.0, B))
+    words = [Piece(" in", 1.5, 1.8), Piece(" Jersey", 1.8, 2.0), Piece(" though.", 2.2, 2.55),
+             Piece(" Well,", 2.6, 2.9)]
+    assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, A, B, B]
+    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, A, B]
+    # no sentence end there: the text says nothing, the times decide
+    words[2] = Piece(" though", 2.2, 2.55)
+    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, B, B]
+
+
+def test_sentence_boundary_rule_leaves_strong_evidence_and_long_overlaps_alone():
+    # words fully inside one speaker's turn are never moved, whatever the punctuation
+    t = turns((0, 2.0, A), (2.0, 4.0, B))
+    words = [Piece(" Yes.", 0.5, 1.0), Piece(" fine", 1.2, 1.8), Piece(" then", 2.2, 2.8)]
+    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, B]
+    # a long stretch of overlapped speech: moving it to the sentence boundary would move more
+    # than MAX_MOVED words, so the per-word decisions stay
+    t = turns((0, 10.0, A), (5.0, 12.0, B))
+    words = [Piece(" so.", 4.0, 4.5)] + [Piece(f" w{i}", 5.2 + 0.8 * i, 5.8 + 0.8 * i) for i in range(6)] \
+        + [Piece(" end", 10.5, 11.0)]
+    plain = [w.speaker for w in attribute_words(words, t, smooth=False)]
+    assert plain[1:7] == [A] * 6  # ties keep the speaker already talking
+    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == plain
+
+
 def test_split_segments_keeps_every_word_in_order():
     words = [Piece(" a", 0, 1, A), Piece(" b", 1, 2, B), Piece(" c", 2, 3, B), Piece(" d", 3, 4, A)]
     segs = split_segments([" a b", " c d"], words)
@@ -207,7 +241,7 @@ def test_calibrated_lookup_keeps_a_lagging_last_word_with_its_speaker():
     t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A))
     words = [Piece(" one", 0.12, 0.7), Piece(" two", 0.7, 1.72), Piece(" them.", 1.72, 2.5),
              Piece(" And", 2.5, 2.9), Piece(" so", 2.9, 4.32), Piece(" on.", 4.32, 4.8)]
-    assert [w.speaker for w in attribute_words(words, t, calibrate=False)][2] == B
+    assert [w.speaker for w in attribute_words(words, t, calibrate=False, smooth=False)][2] == B
     out = attribute_words(words, t)
     assert [w.speaker for w in out] == [A, A, A, B, B, A]
     # the words keep their own times
