@@ -217,8 +217,10 @@ class WhisperTranscriber:
         if language is None and self.multilingual:
             language = self.detect_language(audio)
         # audio that fits one window is decoded whole: chunking it would cut a short file into
-        # overlapping windows whose merge can repeat or lose words at the seams
-        chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE
+        # overlapping windows whose merge can repeat or lose words at the seams. Longer audio is
+        # decoded sequentially (Whisper's own long-form loop) or in batched overlapping chunks
+        # (config.InferenceConfig.long_form)
+        chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE and cfg.long_form == "chunked"
         seconds = len(audio) / SAMPLE_RATE
         # for audio that fits one window both modes give the same text: "auto" takes the one
         # this deployment has measured to be faster (assist_policy.py)

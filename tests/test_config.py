@@ -77,6 +77,8 @@ def test_auto_assisted_decides_by_length():
     assert auto.use_assistant(8.0, has_assistant=True)
     assert auto.use_assistant(30.0, has_assistant=True)
     assert not auto.use_assistant(30.5, has_assistant=True)  # several windows: batched wins
+    # sequential long-form decodes one window at a time either way: the policy may pick
+    assert check({"long_form": "sequential"}).assist_eligible(600.0, has_assistant=True)
     assert not auto.use_assistant(8.0, has_assistant=False)
     assert not check({"batch_size": 8}).use_assistant(8.0, has_assistant=True)
     assert not check({"temperature": 0.3}).use_assistant(8.0, has_assistant=True)
@@ -162,3 +164,12 @@ def test_default_batch_size_follows_the_device():
     assert cfg.batch_size_for(False, DEFAULT_CPU_BATCH_SIZE) == DEFAULT_CPU_BATCH_SIZE < DEFAULT_BATCH_SIZE
     assert cfg.batch_size_for(True, DEFAULT_CPU_BATCH_SIZE) == 1
     assert InferenceConfig(batch_size=16).batch_size_for(False, DEFAULT_CPU_BATCH_SIZE) == 16
+
+
+def test_long_form_rules():
+    assert check({}).long_form == "chunked"
+    assert check({"long_form": "sequential"}).long_form == "sequential"
+    rejects({"long_form": "sequential", "batch_size": 8}, "one window at a time", "batch_size=8",
+            "long_form 'chunked'")
+    rejects({"long_form": "sequential", "chunk_length_s": 10.0}, "30 s window", "chunk_length_s=10")
+    rejects({"long_form": "sliding"}, "expected 'chunked' or 'sequential'")

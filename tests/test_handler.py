@@ -109,6 +109,59 @@ def test_long_audio_is_chunked_and_batched(handler):
     assert not calls, "assisted='auto' decodes audio longer than a window batched, without the assistant"
 
 
+def test_long_form_sequential_and_chunked(handler):
+    """long_form 'sequential': Whisper's own long-form loop over the whole input (one generate
+    call on all of its frames), words timed across the whole file; 'chunked' (the default) cuts
+    it into windows. Both keep the schema and the words-equal-transcript rule."""
+    audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
+    model = handler.asr.model
+    frames = []
+    original = model.generate
+
+    def spy(*args, **kwargs):
+        features = next(x for x in (kwargs.get("input_features"), kwargs.get("inputs"), *args)
+                        if x is not None)
+        frames.append(features.shape[-1])
+        return original(*args, **kwargs)
+
+    model.generate = spy
+    try:
+        results = {}
+        for mode in ("sequential", "chunked"):
+            frames.clear()
+            r = handler({"inputs": b64(encode(audio)),
+                         "parameters": {"long_form": mode, "return_word_timestamps": True}})
+            assert_schema(r)
+            words = [w for c in r["chunks"] for w in c["words"]]
+            assert "".join(w["word"] for w in words) == "".join(c["text"] for c in r["chunks"])
+            assert all(0.0 <= w["start"] <= w["end"] <= r["duration"] for w in words)
+            results[mode] = list(frames)
+    finally:
+        del model.generate
+    # sequential: one call on all 32 s (3200 frames; 3000 is one window); chunked: 30 s windows
+    assert results["sequential"] == [3200], results
+    assert results["chunked"] and max(results["chunked"]) == 3000, results
+
+
+def test_assisted_sequential_long_form_equals_plain(handler):
+    """Audio longer than a window, long_form 'sequential': the assistant drafts every window (batch
+    1, Whisper's own long-form loop) and the greedy text is the plain text."""
+    audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
+    calls = []
+    hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        plain = handler({"inputs": b64(encode(audio)),
+                         "parameters": {"long_form": "sequential", "assisted": False}})
+        assert not calls
+        assisted = handler({"inputs": b64(encode(audio)),
+                            "parameters": {"long_form": "sequential", "assisted": True}})
+    finally:
+        hook.remove()
+    assert calls, "the assistant did not run"
+    assert assisted["text"] == plain["text"]
+    assert [c["text"] for c in assisted["chunks"]] == [c["text"] for c in plain["chunks"]]
+
+
 @pytest.mark.parametrize("params,fragment", [
     ({"num_speaker": 2}, "did you mean 'num_speakers'"),
     ({"num_speakers": "two"}, "expected an integer"),
