@@ -107,8 +107,9 @@ def model_path(models_dir: Path, name: str) -> Path:
 class Asr:
     """Whisper through the project's WhisperTranscriber, loaded on first use."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, long_form: str = "chunked"):
         self.path = path
+        self.long_form = long_form
         self._tr = None
         self.seconds = 0.0
 
@@ -127,7 +128,8 @@ class Asr:
 
         tr = self._load()
         t = time.perf_counter()
-        r = tr.transcribe(audio, InferenceConfig(language="en"), word_timestamps=True)
+        r = tr.transcribe(audio, InferenceConfig(language="en", long_form=self.long_form),
+                          word_timestamps=True)
         dt = time.perf_counter() - t
         self.seconds += dt
         return {"text": r.text, "language": r.language, "seconds": round(dt, 2),
@@ -310,7 +312,8 @@ def render(result: dict) -> str:
              f"diarization {meta['diarization_compute_seconds']:.0f} s). "
              f"torch {meta['torch']}, transformers {meta['transformers']}, "
              f"pyannote.audio {meta['pyannote']}."
-             + (f" Held-out dialogues: seeds + {meta['seed_offset']}." if meta.get("seed_offset") else ""),
+             + (f" Held-out dialogues: seeds + {meta['seed_offset']}." if meta.get("seed_offset") else "")
+             + (f" ASR long_form: {meta['long_form']}." if meta.get("long_form", "chunked") != "chunked" else ""),
              "",
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
              "correct/substituted whose speaker is wrong after the best speaker mapping; dropped = "
@@ -429,6 +432,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="recompute ASR and diarization")
     ap.add_argument("--rebuild-data", action="store_true", help="regenerate the dialogues")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--long-form", default="chunked", choices=("chunked", "sequential"),
+                    help="the endpoint's long_form parameter for the ASR (default chunked, its default)")
     ap.add_argument("--seed-offset", type=int, default=0,
                     help="held-out variant of the dialogues: their seeds + this (other gaps, overlaps, "
                          "backchannels and noise; same scripts and voices). 0: the default set")
@@ -476,10 +481,11 @@ def main(argv=None) -> int:
     whisper_sha = _source_sha("whisper_asr.py")
     for m in models:
         path = model_path(models_dir, m)
-        runner = Asr(path)
+        runner = Asr(path, args.long_form)
         for f in files:
             key = _sha("asr", path.resolve(), (path / "model.safetensors").stat().st_size
-                       if (path / "model.safetensors").exists() else 0, audio_sha[f.id], whisper_sha)
+                       if (path / "model.safetensors").exists() else 0, audio_sha[f.id], whisper_sha,
+                       *([args.long_form] if args.long_form != "chunked" else []))
             r = cache.get("asr", key)
             cached += r is not None
             if r is None:
@@ -625,7 +631,7 @@ def main(argv=None) -> int:
                  "host": f"{platform.machine()}, {os.cpu_count()} CPUs"
                          + (", CUDA" if torch.cuda.is_available() else ""),
                  "models": models, "modes": modes, "models_dir": str(models_dir),
-                 "seed_offset": args.seed_offset,
+                 "seed_offset": args.seed_offset, "long_form": args.long_form,
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
                  "diarization_seconds": diar_seconds, "data_seconds": data_seconds,
