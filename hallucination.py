@@ -10,6 +10,16 @@ repeating what was said before, which faster-whisper's decoding of the same weig
 produce. No run of even two zero-length words occurred in any other transcript of the
 evaluation set (tiny.en and base over six files).
 
+A second form of the same failure: the decoder repeats earlier sentences and the alignment lays
+the repeat over the audio where those words were first spoken, so the word times jump back
+(measured: whisper base in bfloat16 on the same sample, after "...New Jersey now." at 29.98 s,
+19 words "There's not much difference at least they all call me a Yankee down here. So I don't
+hear that New Jersey now" timed 22.0-29.8 s, all of them already said). A run of at least
+:data:`MIN_RUN` words that starts more than :data:`REWIND_SECONDS` before the latest word start
+so far (starts, not ends: DTW stretches a sentence's last word over a following pause), stays
+inside the stretch already transcribed, and repeats words already written (at
+least :data:`REPEAT_SHARE` of them) is removed too (:func:`rewound_runs`).
+
 A run of at least :data:`MIN_RUN` consecutive words each shorter than :data:`MAX_SECONDS` is
 removed from the words, the segments and the text, and reported so the caller can say what went.
 """
@@ -23,6 +33,8 @@ from alignment import segment_of_each_word
 
 MIN_RUN = 4
 MAX_SECONDS = 0.02  # one DTW frame
+REWIND_SECONDS = 1.0  # window seams and DTW jitter move word times back by tenths, not seconds
+REPEAT_SHARE = 0.8
 
 Span = tuple[str, Optional[float], Optional[float]]
 
@@ -44,6 +56,42 @@ def squeezed_runs(words: Sequence[Span], min_run: int = MIN_RUN, max_seconds: fl
     return runs
 
 
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum() or ch == "'")
+
+
+def rewound_runs(words: Sequence[Span], min_run: int = MIN_RUN, rewind: float = REWIND_SECONDS,
+                 repeat_share: float = REPEAT_SHARE) -> list[range]:
+    """Index ranges of ``min_run`` or more words that repeat earlier text over audio already
+    transcribed: the run starts with a word beginning more than ``rewind`` seconds before the
+    latest word start so far, continues while the words start before that, and at least
+    ``repeat_share`` of its words were already written before it. Words without times are
+    skipped over (they neither start nor end a run)."""
+    runs: list[range] = []
+    latest = None  # the latest word start before the current run
+    seen: set[str] = set()
+    i, n = 0, len(words)
+    while i < n:
+        text, start, end = words[i]
+        if start is None or end is None:
+            i += 1
+            continue
+        if latest is not None and start < latest - rewind:
+            j = i
+            while j < n and (words[j][1] is None or words[j][1] < latest):
+                j += 1
+            run = [w for w in words[i:j] if _norm(w[0])]
+            repeated = sum(_norm(w[0]) in seen for w in run)
+            if len(run) >= min_run and repeated >= repeat_share * len(run):
+                runs.append(range(i, j))
+                i = j
+                continue
+        seen.add(_norm(text))
+        latest = start if latest is None else max(latest, start)
+        i += 1
+    return runs
+
+
 @dataclass
 class Cleaned:
     text: str
@@ -58,7 +106,22 @@ def drop_squeezed(segments: Sequence[Span], words: Sequence[Span], min_run: int 
     (words and segments are two cuts of one text: a word belongs to the segment holding its
     first character). Returns None when there is nothing to remove. A segment left without
     words disappears; the others keep their times."""
-    runs = squeezed_runs(words, min_run, max_seconds)
+    return _drop(segments, words, squeezed_runs(words, min_run, max_seconds))
+
+
+def drop_hallucinations(segments: Sequence[Span], words: Sequence[Span]) -> Optional[Cleaned]:
+    """Remove both :func:`squeezed_runs` and :func:`rewound_runs` (see :func:`drop_squeezed`)."""
+    runs = sorted(squeezed_runs(words) + rewound_runs(words), key=lambda r: r.start)
+    merged: list[range] = []
+    for r in runs:  # a word can be in both kinds of run, or they can touch: report one run
+        if merged and r.start <= merged[-1].stop:
+            merged[-1] = range(merged[-1].start, max(merged[-1].stop, r.stop))
+        else:
+            merged.append(r)
+    return _drop(segments, words, merged)
+
+
+def _drop(segments: Sequence[Span], words: Sequence[Span], runs: list[range]) -> Optional[Cleaned]:
     if not runs:
         return None
     drop = {i for r in runs for i in r}

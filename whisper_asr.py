@@ -23,7 +23,7 @@ import numpy as np
 
 from assist_policy import AssistPolicy
 from audio_decode import SAMPLE_RATE
-from hallucination import drop_squeezed
+from hallucination import drop_hallucinations
 from config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig, ModelCapabilities,
                     ModelSettings)
 
@@ -250,7 +250,7 @@ class WhisperTranscriber:
             language = "en"
         text, dropped = out.get("text", ""), []
         if words and cfg.hallucination_filter:
-            cleaned = drop_squeezed([(c.text, c.start, c.end) for c in chunks],
+            cleaned = drop_hallucinations([(c.text, c.start, c.end) for c in chunks],
                                     [(w.text, w.start, w.end) for w in words])
             if cleaned is not None:
                 text, dropped = cleaned.text, cleaned.dropped

@@ -30,7 +30,7 @@ from common import (BENCH, INPUTS, LONG_INPUTS, MODELS, PIPELINE, RESULTS, SR, T
                     fmt, get_input, lifetime_peak_rss_mb, loadavg, machine, peak_rss_mb,
                     reset_peak_rss, rss_mb, setup_env, wav_bytes, wer)
 
-MODES = ("plain", "assisted", "auto", "fw")
+MODES = ("plain", "sequential", "assisted", "auto", "fw")
 # process-level settings compared side by side (--variants): name -> (threads or None for --threads, env)
 VARIANTS = {
     "default": (None, {}),
@@ -39,6 +39,9 @@ VARIANTS = {
     # the ASR alone, as faster-whisper runs: no diarization thread beside it, word timestamps on
     "asr-only": (None, {"BENCH_ASR_ONLY": "1"}),
     "asr-only-1t": (1, {"BENCH_ASR_ONLY": "1"}),
+    # the same with the opt-in TORCH_DTYPE=bfloat16 (faster where the CPU has bf16 instructions; the
+    # text can change, see bench/README.md)
+    "asr-only-bf16": (None, {"BENCH_ASR_ONLY": "1", "TORCH_DTYPE": "bfloat16"}),
 }
 WARMUP_S = 5.0  # the warm-up request: the input's first seconds (lazy initialisation, eager switch)
 FW_OPTIONS = {"beam_size": 1, "word_timestamps": True, "vad_filter": False}
@@ -52,7 +55,9 @@ def _handler_params(model: str, mode: str) -> dict:
     if MODELS[model]["multilingual"]:
         params["language"] = "en"  # same as faster-whisper below: no language detection pass
     # explicit in every mode: the handler's default may be "auto"
-    params["assisted"] = {"plain": False, "assisted": True, "auto": "auto"}[mode]
+    params["assisted"] = {"plain": False, "sequential": False, "assisted": True, "auto": "auto"}[mode]
+    if mode == "sequential":
+        params["long_form"] = "sequential"  # Whisper's own long-form loop instead of batched chunks
     if os.environ.get("BENCH_ASR_ONLY"):
         params["return_word_timestamps"] = True  # as faster-whisper's word_timestamps=True
     return params
@@ -297,7 +302,8 @@ def main() -> None:
     ap.add_argument("--models", default="tiny.en,base", help="comma list of: " + ", ".join(MODELS))
     ap.add_argument("--inputs", default="8s,30s,60s", help="comma list of: " + ", ".join(INPUTS))
     ap.add_argument("--modes", default="plain,assisted,auto,fw",
-                    help="comma list of: plain (batched, chunked), assisted (models with an assistant), "
+                    help="comma list of: plain (batched, chunked), sequential (plain, long_form="
+                         "sequential), assisted (models with an assistant), "
                          "auto (only if config.py accepts assisted='auto'), fw (faster-whisper int8)")
     ap.add_argument("--quick", action="store_true", help="tiny.en only; 8 s and 30 s; plain + fw")
     ap.add_argument("--allow-long", action="store_true", help="permit the 10min/60min inputs")

@@ -50,3 +50,50 @@ def test_a_run_inside_a_segment_keeps_the_rest_of_it():
     cleaned = drop_squeezed(segs, ws)
     assert cleaned.segments == [(" one six seven", 0.0, 5.0)]
     assert cleaned.dropped == ["two three four five"]
+
+
+# whisper base in bfloat16 on the same sample: after "now." at 29.98 s the decoder repeats earlier
+# words and the alignment lays them over the audio where they were first said (shortened here)
+SPOKEN_BEFORE = words((" there's", 13.0, 13.4), (" not", 13.4, 13.6), (" much", 13.6, 13.9),
+                      (" difference.", 13.9, 14.5), (" At", 22.0, 22.2), (" least", 22.2, 22.5),
+                      (" they", 22.5, 22.8), (" all", 22.8, 23.0), (" call", 23.0, 23.3),
+                      (" me", 23.3, 23.5), (" in", 29.04, 29.18), (" New", 29.18, 29.24),
+                      (" Jersey", 29.24, 29.58), (" now.", 29.58, 29.98))
+REWOUND = words((" There's", 22.0, 22.72), (" not", 22.72, 22.84), (" much", 22.84, 23.28),
+                (" difference", 23.28, 23.7), (" at", 23.7, 24.12), (" least", 24.12, 24.3),
+                (" they", 24.3, 25.3), (" all", 25.3, 25.52), (" call", 25.52, 25.78))
+
+
+def test_finds_repeats_laid_over_audio_already_transcribed():
+    from hallucination import rewound_runs
+
+    n = len(SPOKEN_BEFORE)
+    assert rewound_runs(SPOKEN_BEFORE + REWOUND) == [range(n, n + len(REWOUND))]
+    # new words over earlier audio are not a repeat (e.g. a window seam that re-times speech)
+    fresh = [(" zebra" + str(i), s, e) for i, (_, s, e) in enumerate(REWOUND)]
+    assert rewound_runs(SPOKEN_BEFORE + fresh) == []
+    # times that step back by less than REWIND_SECONDS are DTW jitter or a seam: kept
+    jitter = [(t, s + 7.5, e + 7.5) for t, s, e in REWOUND]
+    assert rewound_runs(SPOKEN_BEFORE + jitter) == []
+    # a short repeat (under MIN_RUN words) is kept; the run ends where the times pass the old end
+    assert rewound_runs(SPOKEN_BEFORE + REWOUND[:3] + words((" later", 31.0, 31.5))) == []
+    # tiny.en on the sample: DTW stretched "thing." over the pause to the window's end; the next
+    # words start 2 s before that end but only 0.5 s before its start: real speech, kept
+    stretched = words((" kind", 28.02, 28.3), (" of", 28.3, 28.5), (" thing.", 28.5, 29.98), (" I", 28.0, 28.54),
+                      (" don't", 28.54, 28.78), (" hear", 28.78, 28.94), (" that", 28.94, 29.2),
+                      (" New", 29.2, 29.4))
+    assert rewound_runs(SPOKEN_BEFORE[:-4] + stretched) == []
+    assert rewound_runs([]) == []
+
+
+def test_drop_hallucinations_removes_both_kinds_once():
+    from hallucination import drop_hallucinations
+
+    ws = SPOKEN_BEFORE + REWOUND + [(" x", 29.98, 29.98)] * 4
+    segs = [("".join(w[0] for w in SPOKEN_BEFORE), 0.0, 30.0),
+            ("".join(w[0] for w in REWOUND) + " x x x x", 22.0, 30.0)]
+    cleaned = drop_hallucinations(segs, ws)
+    assert [w[0] for w in cleaned.words] == [w[0] for w in SPOKEN_BEFORE]
+    assert cleaned.segments == [segs[0]]
+    assert cleaned.dropped == ["There's not much difference at least they all call x x x x"]
+    assert drop_hallucinations(segs[:1], SPOKEN_BEFORE) is None
