@@ -148,8 +148,9 @@ class InferenceConfig(BaseModel):
                                "windows decoded batch_size at a time and merged), 'sequential' "
                                "(Whisper's own long-form algorithm: one 30 s window at a time, each "
                                "starting where the last complete segment ended; works with the "
-                               "assistant). Measured on CPU (bench/results.md): sequential 10-18 % "
-                               "faster on 60 s, 7 % slower on 10 min, word error rates within noise")
+                               "assistant). Measured on CPU (bench/results.md): sequential 12-22 % "
+                               "faster on 60 s, 15 % slower on 10 min, word error rates moving both "
+                               "ways")
     num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
