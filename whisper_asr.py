@@ -93,6 +93,16 @@ def dtype_kwarg(dtype) -> dict:
     return {name: dtype}
 
 
+def _clear_forced_decoder_ids(model) -> None:
+    """Drop the hub checkpoints' legacy ``forced_decoder_ids`` (the language / task /
+    no-timestamps prompt, e.g. tiny.en's ``[[1, <|notimestamps|>]]``): Whisper's generate builds
+    that prompt itself from ``language``, ``task`` and ``return_timestamps``, and transformers
+    4.51 refuses to generate (plain, or drafting with the assistant) while they are set."""
+    gen = getattr(model, "generation_config", None)
+    if getattr(gen, "forced_decoder_ids", None) is not None:
+        gen.forced_decoder_ids = None
+
+
 def resolve_device(settings: ModelSettings):
     """(torch.device, torch.dtype): GPU + float16 when available, else CPU + float32, unless the
     settings say otherwise."""
@@ -128,11 +138,14 @@ class WhisperTranscriber:
         self.model = WhisperForConditionalGeneration.from_pretrained(
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
+        _clear_forced_decoder_ids(self.model)
+        self.fast_lm_head = False
         if settings.generation_speedups:
-            from whisper_speedups import cache_suppress_masks, keep_encoder_on_sdpa
+            from whisper_speedups import cache_suppress_masks, fast_lm_head, keep_encoder_on_sdpa
 
             keep_encoder_on_sdpa(self.model)
             cache_suppress_masks(self.model)
+            self.fast_lm_head = fast_lm_head(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(
             getattr(gen, "lang_to_id", None))
@@ -151,6 +164,7 @@ class WhisperTranscriber:
                     low_cpu_mem_usage=True, **dtype_kwarg(dtype)).to(device).eval()
             finally:
                 transformers.logging.set_verbosity(previous)
+            _clear_forced_decoder_ids(self.assistant)
             if self.assistant.config.vocab_size != self.model.config.vocab_size:
                 raise RuntimeError(
                     f"ASSISTANT_MODEL {settings.assistant_model} has a vocabulary of "
@@ -231,13 +245,18 @@ class WhisperTranscriber:
             assisted = cfg.use_assistant(seconds, self.assistant is not None)
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
+        generate_kwargs = self.generate_kwargs(cfg, language, assisted)
+        if self.fast_lm_head:
+            from whisper_speedups import fast_lm_head_allowed, set_fast_lm_head
+
+            set_fast_lm_head(self.model, fast_lm_head_allowed(generate_kwargs))
         started = time.perf_counter()
         with torch.inference_mode():
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
                 **window,
                 return_timestamps="word" if words_mode else True,
-                generate_kwargs=self.generate_kwargs(cfg, language, assisted),
+                generate_kwargs=generate_kwargs,
             )
         if eligible:
             self.assist_policy.record(assisted, seconds, time.perf_counter() - started)

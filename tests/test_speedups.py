@@ -118,3 +118,68 @@ def test_cpu_decodes_long_audio_in_batches_of_eight(transcribers):
     from config import DEFAULT_CPU_BATCH_SIZE
 
     assert all(t.default_batch_size == DEFAULT_CPU_BATCH_SIZE == 8 for t in transcribers.values())
+
+
+def test_fast_lm_head_picks_the_float32_greedy_token_under_whisper_masks():
+    """The bfloat16-then-exact projection: every token that can be the greedy choice has its
+    float32 logit, whatever Whisper's processors mask (suppressed ids, the whole text block, or
+    subsets of the special tokens)."""
+    from whisper_speedups import _FastHead
+
+    g = torch.Generator().manual_seed(0)
+    vocab, d, first_special = 3000, 96, 2500
+    linear = torch.nn.Linear(d, vocab, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(vocab, d, generator=g) * 0.05)
+        # near-ties: rows that differ from another row by less than bfloat16 can resolve
+        linear.weight[10] = linear.weight[12] * (1 + 1e-4)
+    suppressed = [5, 11, 400]
+    exact_ids = torch.tensor(sorted(set(range(first_special, vocab)) | set(suppressed)))
+    head = _FastHead(linear, exact_ids)
+    x = torch.randn(64, 3, d, generator=g) * 3
+    x[0, 0] = linear.weight[10] * 40  # a hidden state aligned with the near-tie rows
+    fast, stock = head.logits(x), torch.nn.functional.linear(x, linear.weight)
+    assert fast.shape == stock.shape
+    assert torch.allclose(fast[..., exact_ids], stock[..., exact_ids], rtol=1e-5, atol=1e-5)
+    masks = [torch.zeros(vocab, dtype=torch.bool)]
+    masks.append(masks[0].clone())
+    masks[1][suppressed] = True
+    masks.append(masks[1].clone())
+    masks[2][:first_special] = True  # timestamps win: all text masked
+    masks.append(masks[1].clone())
+    masks[3][first_special + 100:] = True  # some timestamps masked
+    for mask in masks:
+        pick = fast.masked_fill(mask, -float("inf")).argmax(-1)
+        want = stock.masked_fill(mask, -float("inf")).argmax(-1)
+        assert torch.equal(pick, want)
+    # what is not recomputed stays within the bfloat16 error of the float32 logit
+    bound = head.factor * x.norm(dim=-1, keepdim=True) * head.max_row_norm
+    assert ((fast - stock).abs() <= bound).all()
+    head.enabled = False
+    assert torch.equal(head.logits(x), stock)
+
+
+def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcribers):
+    from config import InferenceConfig
+    from whisper_speedups import fast_lm_head, fast_lm_head_allowed
+
+    fast = transcribers[True]
+    # the tiny test model's projection is too small to gain from bfloat16 here: force it on
+    if not fast.fast_lm_head:
+        assert fast_lm_head(fast.model, min_gain=0.0)
+        fast.fast_lm_head = True
+    state = fast.model.proj_out._fast_head
+    caps = fast.capabilities(has_diarization=False)
+    for seconds in (6.0, 40.0):
+        audio = _speech_like(seconds)
+        cfg = InferenceConfig.from_request({"language": "en"}, caps)
+        a = fast.transcribe(audio, cfg, word_timestamps=True)
+        assert state.enabled
+        b = transcribers[False].transcribe(audio, cfg, word_timestamps=True)
+        assert (a.text, a.chunks, a.words) == (b.text, b.chunks, b.words)
+    fallback = InferenceConfig.from_request({"language": "en", "temperature": [0.0, 0.4]}, caps)
+    fast.transcribe(_speech_like(3.0), fallback)
+    assert not state.enabled  # sampling reads probabilities: the float32 projection runs
+    assert fast_lm_head_allowed({"num_beams": 1, "do_sample": False})
+    assert not fast_lm_head_allowed({"do_sample": True, "temperature": 0.5})
+    assert not fast_lm_head_allowed({"logprob_threshold": -1.0})

@@ -136,11 +136,15 @@ def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, en
         is_multilingual=multilingual, suppress_tokens=suppress, begin_suppress_tokens=[220, eot],
         alignment_heads=[[decoder_layers - 1, 0], [decoder_layers - 1, 1]],
     )
+    # the hub checkpoints still carry the legacy forced_decoder_ids (whisper-base:
+    # [[1, null], [2, <|transcribe|>]], tiny.en: [[1, <|notimestamps|>]]); transformers 4.51
+    # refuses to generate with them unless the loader clears them
     if multilingual:
         gen.lang_to_id = {f"<|{c}|>": ids[f"<|{c}|>"] for c in LANGUAGES}
         gen.task_to_id = {"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]}
+        gen.forced_decoder_ids = [[1, None], [2, ids["<|transcribe|>"]]]
     else:
-        gen.forced_decoder_ids = None
+        gen.forced_decoder_ids = [[1, ids["<|notimestamps|>"]]]
     model.generation_config = gen
     model.save_pretrained(out)
     gen.save_pretrained(out)
