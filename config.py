@@ -148,9 +148,8 @@ class InferenceConfig(BaseModel):
                                "windows decoded batch_size at a time and merged), 'sequential' "
                                "(Whisper's own long-form algorithm: one 30 s window at a time, each "
                                "starting where the last complete segment ended; works with the "
-                               "assistant). Measured on CPU (bench/results.md): sequential 12-22 % "
-                               "faster on 60 s, 15 % slower on 10 min, word error rates moving both "
-                               "ways")
+                               "assistant). Measured on CPU (bench/results.md): sequential no faster "
+                               "than chunked on 60 s or 10 min, word error rates moving both ways")
     num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
