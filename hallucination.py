@@ -17,8 +17,11 @@ the repeat over the audio where those words were first spoken, so the word times
 hear that New Jersey now" timed 22.0-29.8 s, all of them already said). A run of at least
 :data:`MIN_RUN` words that starts more than :data:`REWIND_SECONDS` before the latest word start
 so far (starts, not ends: DTW stretches a sentence's last word over a following pause), stays
-inside the stretch already transcribed, and repeats words already written (at
-least :data:`REPEAT_SHARE` of them) is removed too (:func:`rewound_runs`).
+inside the stretch already transcribed, and repeats the words already written for that stretch
+(at least :data:`REPEAT_SHARE` of them among the words starting from :data:`LOOKBACK_SECONDS`
+before it) is removed too (:func:`rewound_runs`). Checking the repeat locally matters on long
+audio, where almost every word has been written somewhere before: a window seam that re-decodes
+audio the previous window had garbled gives new words there, and they are kept.
 
 A run of at least :data:`MIN_RUN` consecutive words each shorter than :data:`MAX_SECONDS` is
 removed from the words, the segments and the text, and reported so the caller can say what went.
@@ -35,6 +38,8 @@ MIN_RUN = 4
 MAX_SECONDS = 0.02  # one DTW frame
 REWIND_SECONDS = 1.0  # window seams and DTW jitter move word times back by tenths, not seconds
 REPEAT_SHARE = 0.8
+LOOKBACK_SECONDS = 10.0  # the repeat is checked against the words written for the audio it
+# rewinds over, plus this much before it (a chunk seam overlaps 5-10 s)
 
 Span = tuple[str, Optional[float], Optional[float]]
 
@@ -61,15 +66,17 @@ def _norm(text: str) -> str:
 
 
 def rewound_runs(words: Sequence[Span], min_run: int = MIN_RUN, rewind: float = REWIND_SECONDS,
-                 repeat_share: float = REPEAT_SHARE) -> list[range]:
+                 repeat_share: float = REPEAT_SHARE, lookback: float = LOOKBACK_SECONDS
+                 ) -> list[range]:
     """Index ranges of ``min_run`` or more words that repeat earlier text over audio already
     transcribed: the run starts with a word beginning more than ``rewind`` seconds before the
     latest word start so far, continues while the words start before that, and at least
-    ``repeat_share`` of its words were already written before it. Words without times are
-    skipped over (they neither start nor end a run)."""
+    ``repeat_share`` of its words were already written for that stretch (by words starting at
+    most ``lookback`` seconds before the run's first word). Words without times are skipped over
+    (they neither start nor end a run)."""
     runs: list[range] = []
     latest = None  # the latest word start before the current run
-    seen: set[str] = set()
+    written: list[tuple[float, str]] = []  # (start, normalized text) of the words kept so far
     i, n = 0, len(words)
     while i < n:
         text, start, end = words[i]
@@ -81,12 +88,13 @@ def rewound_runs(words: Sequence[Span], min_run: int = MIN_RUN, rewind: float = 
             while j < n and (words[j][1] is None or words[j][1] < latest):
                 j += 1
             run = [w for w in words[i:j] if _norm(w[0])]
-            repeated = sum(_norm(w[0]) in seen for w in run)
+            here = {text for t, text in written if t >= start - lookback}
+            repeated = sum(_norm(w[0]) in here for w in run)
             if len(run) >= min_run and repeated >= repeat_share * len(run):
                 runs.append(range(i, j))
                 i = j
                 continue
-        seen.add(_norm(text))
+        written.append((start, _norm(text)))
         latest = start if latest is None else max(latest, start)
         i += 1
     return runs

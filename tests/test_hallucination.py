@@ -69,6 +69,13 @@ def test_finds_repeats_laid_over_audio_already_transcribed():
 
     n = len(SPOKEN_BEFORE)
     assert rewound_runs(SPOKEN_BEFORE + REWOUND) == [range(n, n + len(REWOUND))]
+    # words written long before (outside the stretch the run rewinds over) do not count: on long
+    # audio almost every word has been written somewhere; here a seam re-decodes 20-26 s, which
+    # the previous window had garbled, with words said 20 s earlier
+    early = [(t, s - 20.0, e - 20.0) for t, s, e in REWOUND]
+    garbled = words((" I'm", 20.0, 21.0), (" sure", 21.0, 22.0), (" I'm", 22.0, 23.0), (" sure", 23.0, 24.0),
+                    (" so", 24.0, 25.0), (" sure", 25.0, 26.5))
+    assert rewound_runs(early + garbled + REWOUND) == []
     # new words over earlier audio are not a repeat (e.g. a window seam that re-times speech)
     fresh = [(" zebra" + str(i), s, e) for i, (_, s, e) in enumerate(REWOUND)]
     assert rewound_runs(SPOKEN_BEFORE + fresh) == []
