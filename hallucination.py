@@ -108,17 +108,11 @@ class Cleaned:
     dropped: list[str]  # the text of each removed run
 
 
-def drop_squeezed(segments: Sequence[Span], words: Sequence[Span], min_run: int = MIN_RUN,
-                  max_seconds: float = MAX_SECONDS) -> Optional[Cleaned]:
-    """Remove :func:`squeezed_runs` from ``words`` and the matching text from ``segments``
-    (words and segments are two cuts of one text: a word belongs to the segment holding its
-    first character). Returns None when there is nothing to remove. A segment left without
-    words disappears; the others keep their times."""
-    return _drop(segments, words, squeezed_runs(words, min_run, max_seconds))
-
-
 def drop_hallucinations(segments: Sequence[Span], words: Sequence[Span]) -> Optional[Cleaned]:
-    """Remove both :func:`squeezed_runs` and :func:`rewound_runs` (see :func:`drop_squeezed`)."""
+    """Remove :func:`squeezed_runs` and :func:`rewound_runs` from ``words`` and the matching text
+    from ``segments`` (words and segments are two cuts of one text: a word belongs to the
+    segment holding its first character). Returns None when there is nothing to remove. A
+    segment left without words disappears; the others keep their times."""
     runs = sorted(squeezed_runs(words) + rewound_runs(words), key=lambda r: r.start)
     merged: list[range] = []
     for r in runs:  # a word can be in both kinds of run, or they can touch: report one run

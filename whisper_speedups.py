@@ -123,8 +123,8 @@ class _FastHead:
         self.weight_bf16 = weight.to(torch.bfloat16)
         self.exact_ids = exact_ids
         self.weight_exact = weight[exact_ids].contiguous()
-        self.others = torch.ones(self.vocab, dtype=torch.bool)
-        self.others[exact_ids] = False
+        self.exact_mask = torch.zeros(self.vocab, dtype=torch.bool)
+        self.exact_mask[exact_ids] = True
         self.max_row_norm = float(weight.norm(dim=1).max())
         self.factor = _bound_factor(self.d)
         self.enabled = True
@@ -140,7 +140,7 @@ class _FastHead:
         out[:, self.exact_ids] = torch.nn.functional.linear(flat_x, self.weight_exact)
         # every other token within 2 x bound of the largest other one may be the greedy choice
         bound = self.factor * flat_x.norm(dim=1) * self.max_row_norm
-        others = out.masked_fill(~self.others, -math.inf)
+        others = out.masked_fill(self.exact_mask, -math.inf)
         top = others.max(dim=1).values
         near = (others >= (top - 2 * bound)[:, None]).any(dim=0).nonzero().squeeze(1)
         if near.numel():

@@ -1,6 +1,6 @@
 """Text Whisper wrote with no audio under it (hallucination.py), on hand-made words."""
 
-from hallucination import drop_squeezed, squeezed_runs
+from hallucination import drop_hallucinations, rewound_runs, squeezed_runs
 
 
 def words(*spec):
@@ -30,7 +30,7 @@ def test_finds_runs_of_zero_length_words_only():
 
 def test_drop_removes_the_run_from_words_segments_and_text():
     all_words = SPOKEN + TAIL
-    cleaned = drop_squeezed(SEGMENTS, all_words)
+    cleaned = drop_hallucinations(SEGMENTS, all_words)
     assert cleaned.dropped == ["Oh, I don't hear that. I'm Sheila."]
     assert [w[0] for w in cleaned.words] == [" I", " don't", " hear", " that", " in", " New", " Jersey", " now."]
     assert cleaned.text == " I don't hear that in New Jersey now."
@@ -40,14 +40,14 @@ def test_drop_removes_the_run_from_words_segments_and_text():
 
 
 def test_nothing_to_drop_returns_none():
-    assert drop_squeezed(SEGMENTS[:1], SPOKEN + TAIL[:4]) is None
+    assert drop_hallucinations(SEGMENTS[:1], SPOKEN + TAIL[:4]) is None
 
 
 def test_a_run_inside_a_segment_keeps_the_rest_of_it():
     segs = [(" one two three four five six seven", 0.0, 5.0)]
     ws = words((" one", 0.0, 0.5), (" two", 1.0, 1.0), (" three", 1.0, 1.0), (" four", 1.0, 1.0),
                (" five", 1.0, 1.0), (" six", 1.0, 1.5), (" seven", 1.5, 2.0))
-    cleaned = drop_squeezed(segs, ws)
+    cleaned = drop_hallucinations(segs, ws)
     assert cleaned.segments == [(" one six seven", 0.0, 5.0)]
     assert cleaned.dropped == ["two three four five"]
 
@@ -65,8 +65,6 @@ REWOUND = words((" There's", 22.0, 22.72), (" not", 22.72, 22.84), (" much", 22.
 
 
 def test_finds_repeats_laid_over_audio_already_transcribed():
-    from hallucination import rewound_runs
-
     n = len(SPOKEN_BEFORE)
     assert rewound_runs(SPOKEN_BEFORE + REWOUND) == [range(n, n + len(REWOUND))]
     # words written long before (outside the stretch the run rewinds over) do not count: on long
@@ -94,8 +92,6 @@ def test_finds_repeats_laid_over_audio_already_transcribed():
 
 
 def test_drop_hallucinations_removes_both_kinds_once():
-    from hallucination import drop_hallucinations
-
     ws = SPOKEN_BEFORE + REWOUND + [(" x", 29.98, 29.98)] * 4
     segs = [("".join(w[0] for w in SPOKEN_BEFORE), 0.0, 30.0),
             ("".join(w[0] for w in REWOUND) + " x x x x", 22.0, 30.0)]
