@@ -141,10 +141,12 @@ class WhisperTranscriber:
         _clear_forced_decoder_ids(self.model)
         self.fast_lm_head = False
         if settings.generation_speedups:
-            from whisper_speedups import cache_suppress_masks, fast_lm_head, keep_encoder_on_sdpa
+            from whisper_speedups import (cache_suppress_masks, fast_dtw, fast_lm_head,
+                                          keep_encoder_on_sdpa)
 
             keep_encoder_on_sdpa(self.model)
             cache_suppress_masks(self.model)
+            fast_dtw(self.model)
             self.fast_lm_head = fast_lm_head(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(

@@ -24,14 +24,21 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
   tokens or subsets of the special ones), so the choice is the float32 one. Used only for greedy
   requests that read no probabilities (no sampling, no logprob or no-speech threshold), and only
   where a load-time measurement shows bfloat16 faster on this CPU.
+* ``fast_dtw``: word timestamps align tokens to audio frames by dynamic time warping, which
+  transformers runs as a Python double loop over tokens x frames (0.1 s for 100 tokens x 1500
+  frames, per window). :func:`dynamic_time_warping` fills the same cost matrix one anti-diagonal
+  at a time with numpy (each cell depends only on the previous two diagonals), with the same
+  float32 rounding and tie rules, so the path is identical; 3-4x faster.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import threading
 import time
 
+import numpy as np
 import torch
 from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
@@ -104,13 +111,15 @@ def cache_suppress_masks(model) -> bool:
     return True
 
 
-# bfloat16 has 8 significant bits: rounding x and w costs at most (2u + u^2)|x||w| per product,
-# u = 2^-8; the float32 accumulation adds at most d * 2^-23 |x||w| (generous); 1.25 for margin
+# Error bound of a bfloat16 logit, per unit of |x| * max row norm: bfloat16 keeps 8 significant
+# bits, so each of the three roundings (hidden state, weight, output) costs at most u = 2^-8
+# relatively, (1 + u)^3 - 1 in all; the products are exact in float32 and the float32
+# accumulation adds at most d * 2^-23 (generous); 1.25 for margin
 _BF16_UNIT = 2.0 ** -8
 
 
 def _bound_factor(d: int) -> float:
-    return 1.25 * (2 * _BF16_UNIT + _BF16_UNIT ** 2 + d * 2.0 ** -23)
+    return 1.25 * ((1 + _BF16_UNIT) ** 3 - 1 + d * 2.0 ** -23)
 
 
 class _FastHead:
@@ -202,3 +211,67 @@ def fast_lm_head_allowed(generate_kwargs: dict) -> bool:
     return (not generate_kwargs.get("do_sample") and "temperature" not in generate_kwargs
             and generate_kwargs.get("logprob_threshold") is None
             and generate_kwargs.get("no_speech_threshold") is None)
+
+
+def dynamic_time_warping(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' ``_dynamic_time_warping`` (same cost rounding, tie rules and path), one
+    anti-diagonal at a time: cell (i, j) needs (i-1, j-1), (i-1, j) and (i, j-1) only."""
+    n, m = matrix.shape
+    w = m + 1
+    cost = np.full((n + 1) * w, np.inf, dtype=np.float32)  # float32 as in transformers
+    trace = np.full((n + 1) * w, -1, dtype=np.int8)
+    flat = np.ascontiguousarray(matrix).ravel()
+    cost[0] = 0
+    for d in range(2, n + m + 1):
+        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
+        at = i * w + (d - i)
+        c0, c1, c2 = cost[at - w - 1], cost[at - w], cost[at - 1]
+        # the stock rule: the diagonal on a strict minimum, else up on a strict minimum, else left
+        diagonal = (c0 < c1) & (c0 < c2)
+        up = ~diagonal & (c1 < c0) & (c1 < c2)
+        cost[at] = flat[(i - 1) * m + (d - i - 1)] + np.where(diagonal, c0, np.where(up, c1, c2))
+        trace[at] = np.where(diagonal, 0, np.where(up, 1, 2))
+    trace = trace.reshape(n + 1, w)
+    trace[0, :] = 2
+    trace[:, 0] = 1
+    i, j = n, m
+    text_indices, time_indices = [], []
+    while i > 0 or j > 0:
+        text_indices.append(i - 1)
+        time_indices.append(j - 1)
+        step = trace[i, j]
+        if step == 0:
+            i, j = i - 1, j - 1
+        elif step == 1:
+            i -= 1
+        else:
+            j -= 1
+    return np.array(text_indices)[::-1], np.array(time_indices)[::-1]
+
+
+_DTW_LOCK = threading.Lock()
+
+
+def fast_dtw(model) -> bool:
+    """Make this model's word timestamps use :func:`dynamic_time_warping`. transformers calls a
+    module-level function, so it is swapped in for the duration of this model's alignment only
+    (a model loaded without the speed-ups keeps the stock loop). Returns whether it applied."""
+    try:
+        from transformers.models.whisper import generation_whisper
+    except ImportError:
+        return False
+    stock = getattr(generation_whisper, "_dynamic_time_warping", None)
+    extract = getattr(model, "_extract_token_timestamps", None)
+    if stock is None or extract is None:
+        return False
+
+    def extract_token_timestamps(*args, **kwargs):
+        with _DTW_LOCK:
+            generation_whisper._dynamic_time_warping = dynamic_time_warping
+            try:
+                return extract(*args, **kwargs)
+            finally:
+                generation_whisper._dynamic_time_warping = stock
+
+    model._extract_token_timestamps = extract_token_timestamps
+    return True

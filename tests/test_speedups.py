@@ -183,3 +183,49 @@ def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcriber
     assert fast_lm_head_allowed({"num_beams": 1, "do_sample": False})
     assert not fast_lm_head_allowed({"do_sample": True, "temperature": 0.5})
     assert not fast_lm_head_allowed({"logprob_threshold": -1.0})
+
+
+def test_dtw_by_diagonals_gives_transformers_path_exactly():
+    """Word timestamps come from this path: same indices as transformers' loop, ties included
+    (integer costs make every tie rule matter), on the shapes a window produces and the edges."""
+    from transformers.models.whisper import generation_whisper
+
+    from whisper_speedups import dynamic_time_warping
+
+    stock = generation_whisper._dynamic_time_warping
+    assert stock is not dynamic_time_warping
+    rng = np.random.default_rng(7)
+    shapes = [(1, 1), (1, 6), (6, 1), (2, 2), (5, 9), (9, 5), (37, 301), (60, 1500)]
+    for shape in shapes:
+        for matrix in (rng.standard_normal(shape), rng.integers(-2, 3, shape).astype(np.float64),
+                       np.zeros(shape)):
+            want, got = stock(-matrix), dynamic_time_warping(-matrix)
+            assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(want, got))
+
+
+def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
+    from transformers.models.whisper import generation_whisper
+
+    from whisper_speedups import dynamic_time_warping
+
+    fast = transcribers[True]
+    seen = []
+    stock = generation_whisper._dynamic_time_warping
+    assert stock is not dynamic_time_warping  # outside an alignment the stock loop stays
+    real = dynamic_time_warping
+
+    def spy(matrix):
+        seen.append(matrix.shape)
+        return real(matrix)
+
+    import whisper_speedups
+
+    whisper_speedups.dynamic_time_warping = spy
+    try:
+        from config import InferenceConfig
+
+        cfg = InferenceConfig.from_request({"language": "en"}, fast.capabilities(False))
+        fast.transcribe(_speech_like(5.0), cfg, word_timestamps=True)
+    finally:
+        whisper_speedups.dynamic_time_warping = real
+    assert seen and generation_whisper._dynamic_time_warping is stock
