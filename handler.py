@@ -44,10 +44,11 @@ class EndpointHandler:
                 telemetry=self.settings.diarization_telemetry)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization")
         self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
-        logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s)",
+        logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s%s)",
                     time.perf_counter() - started, self.settings.asr_model,
                     self.settings.assistant_model, self.settings.diarization_model, self.device,
-                    str(self.dtype).removeprefix("torch."))
+                    str(self.dtype).removeprefix("torch."),
+                    f" quantization={self.settings.quantization}" if self.settings.quantization else "")
 
     def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(data, dict):

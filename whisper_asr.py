@@ -114,7 +114,20 @@ def resolve_device(settings: ModelSettings):
             raise RuntimeError(f"DEVICE={settings.device} but no CUDA device is available")
     else:
         device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    if settings.torch_dtype:
+    if settings.quantization:
+        if device.type != "cpu":
+            raise RuntimeError(
+                f"QUANTIZATION={settings.quantization} is a CPU mode, but the device is {device}: "
+                "on a GPU unset QUANTIZATION (float16 is the fast path there), or set DEVICE=cpu")
+        from int8_weights import kernel_available
+
+        if not kernel_available():
+            raise RuntimeError(
+                f"QUANTIZATION={settings.quantization} needs torch._weight_int8pack_mm, which "
+                f"torch {torch.__version__} lacks: install the torch in requirements.txt, or "
+                "unset QUANTIZATION")
+        dtype = torch.bfloat16
+    elif settings.torch_dtype:
         dtype = getattr(torch, settings.torch_dtype)
     else:
         dtype = torch.float16 if device.type == "cuda" else torch.float32
@@ -139,6 +152,11 @@ class WhisperTranscriber:
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
         _clear_forced_decoder_ids(self.model)
+        self.quantization = settings.quantization
+        if settings.quantization == "int8":
+            from int8_weights import quantize_decoder
+
+            quantize_decoder(self.model)
         self.fast_lm_head = False
         if settings.generation_speedups:
             from whisper_speedups import (cache_suppress_masks, fast_dtw, fast_lm_head,
@@ -167,6 +185,10 @@ class WhisperTranscriber:
             finally:
                 transformers.logging.set_verbosity(previous)
             _clear_forced_decoder_ids(self.assistant)
+            if settings.quantization == "int8":
+                from int8_weights import quantize_decoder
+
+                quantize_decoder(self.assistant)
             if self.assistant.config.vocab_size != self.model.config.vocab_size:
                 raise RuntimeError(
                     f"ASSISTANT_MODEL {settings.assistant_model} has a vocabulary of "

@@ -42,6 +42,8 @@ VARIANTS = {
     # the same with the opt-in TORCH_DTYPE=bfloat16 (faster where the CPU has bf16 instructions; the
     # text can change, see bench/README.md)
     "asr-only-bf16": (None, {"BENCH_ASR_ONLY": "1", "TORCH_DTYPE": "bfloat16"}),
+    # the opt-in QUANTIZATION=int8 (int8 decoder weights, bfloat16 model): faster-whisper's like
+    "asr-only-int8": (None, {"BENCH_ASR_ONLY": "1", "QUANTIZATION": "int8"}),
 }
 WARMUP_S = 5.0  # the warm-up request: the input's first seconds (lazy initialisation, eager switch)
 FW_OPTIONS = {"beam_size": 1, "word_timestamps": True, "vad_filter": False}

@@ -1,0 +1,75 @@
+"""Weight-only int8 for Whisper's decoder on CPU (the opt-in ``QUANTIZATION=int8``).
+
+Why the decoder: at batch 1 every decoding step reads the decoder's linear weights and the
+vocabulary projection (51,866 x d_model) from memory, and on CPU that traffic, not arithmetic, sets
+the step time. Stored as int8 with one bfloat16 scale per output row, the weights take a quarter of
+float32's bytes (half of bfloat16's). The encoder runs once per 30 s window over 1,500 frames: it is
+arithmetic-bound, where bfloat16 matrix products are faster than this int8 kernel, so it stays
+bfloat16 (the model is loaded in bfloat16).
+
+The kernel is ``torch._weight_int8pack_mm`` (bfloat16 activations, int8 weights, per-row scales),
+the CPU kernel torchao's weight-only int8 uses. Unlike the float32 default this changes the
+output, as faster-whisper's int8 does: measured WER is in README.md and bench/results.md.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+_INT8_MAX = 127
+
+
+def kernel_available() -> bool:
+    """Whether this torch has the CPU weight-only int8 kernel."""
+    return hasattr(torch, "_weight_int8pack_mm")
+
+
+class Int8Linear(torch.nn.Module):
+    """``nn.Linear`` with int8 weights (symmetric, one scale per output row); computes in bfloat16."""
+
+    def __init__(self, linear: torch.nn.Linear, out_dtype: Optional[torch.dtype] = None):
+        super().__init__()
+        self.out_dtype = out_dtype  # None: the input's dtype
+        weight = linear.weight.detach().float()
+        peak = weight.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
+        scale = (peak / _INT8_MAX).to(torch.bfloat16)
+        q = torch.round(weight / scale.float()[:, None]).clamp(-_INT8_MAX, _INT8_MAX)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight_int8", q.to(torch.int8).contiguous())
+        self.register_buffer("scale", scale)
+        bias = linear.bias
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*shape[:-1], self.out_features).to(self.out_dtype or x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
+
+
+def quantize_decoder(model, out_dtype: Optional[torch.dtype] = None) -> int:
+    """Replace the linear layers of ``model``'s decoder and its vocabulary projection
+    (``proj_out``) by :class:`Int8Linear`, in place. Works for ``WhisperForConditionalGeneration``
+    and the decoder-only ``WhisperForCausalLM`` (the assistant). Returns how many were replaced."""
+    decoder = getattr(getattr(model, "model", None), "decoder", None)
+    if decoder is None:
+        raise ValueError(f"{type(model).__name__} has no Whisper decoder (model.model.decoder)")
+    replaced = 0
+    for module in list(decoder.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, Int8Linear(child, out_dtype))
+                replaced += 1
+    head = getattr(model, "proj_out", None)
+    if isinstance(head, torch.nn.Linear):
+        # the projection shares its weight with the token embedding, which stays for the lookup
+        model.proj_out = Int8Linear(head, out_dtype)
+        replaced += 1
+    return replaced
