@@ -37,6 +37,7 @@ import copy
 import math
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 import torch
@@ -169,25 +170,37 @@ def _time_it(fn, repeats: int = 10) -> float:
     return best
 
 
+def decision_token_ids(model) -> Optional[torch.Tensor]:
+    """Ids whose logits Whisper's logits processors treat specially, sorted: every special and
+    timestamp token (eos and above) and the suppressed ones. None when the model's generation
+    config does not say."""
+    gen = getattr(model, "generation_config", None)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if gen is None or not isinstance(vocab, int):
+        return None
+    first_special = getattr(gen, "eos_token_id", None)
+    if isinstance(first_special, (list, tuple)):
+        first_special = min(first_special)
+    if not isinstance(first_special, int) or not 0 < first_special < vocab:
+        return None
+    ids = set(range(first_special, vocab))
+    for name in ("suppress_tokens", "begin_suppress_tokens"):
+        ids.update(i for i in (getattr(gen, name, None) or ()) if 0 <= i < vocab)
+    return torch.tensor(sorted(ids), dtype=torch.long)
+
+
 def fast_lm_head(model, min_gain: float = 1.3) -> bool:
     """Switch ``model.proj_out`` (float32 on CPU) to the bfloat16-then-exact projection when a
     measurement at load shows it at least ``min_gain`` times faster than the float32 one here.
     Returns whether it applied. Toggle per request with :func:`set_fast_lm_head`."""
     head = getattr(model, "proj_out", None)
-    gen = getattr(model, "generation_config", None)
     if not isinstance(head, torch.nn.Linear) or head.weight.dtype != torch.float32 \
-            or head.weight.device.type != "cpu" or gen is None:
+            or head.weight.device.type != "cpu":
         return False
-    vocab = head.weight.shape[0]
-    first_special = getattr(gen, "eos_token_id", None)
-    if isinstance(first_special, (list, tuple)):
-        first_special = min(first_special)
-    if not isinstance(first_special, int) or not 0 < first_special < vocab:
+    exact_ids = decision_token_ids(model)
+    if exact_ids is None or head.weight.shape[0] != model.config.vocab_size:
         return False
-    ids = set(range(first_special, vocab))
-    for name in ("suppress_tokens", "begin_suppress_tokens"):
-        ids.update(i for i in (getattr(gen, name, None) or ()) if 0 <= i < vocab)
-    state = _FastHead(head, torch.tensor(sorted(ids), dtype=torch.long))
+    state = _FastHead(head, exact_ids)
     x = torch.randn(1, 1, state.d)
     with torch.inference_mode():
         stock = _time_it(lambda: torch.nn.functional.linear(x, head.weight))

@@ -107,10 +107,12 @@ def model_path(models_dir: Path, name: str) -> Path:
 class Asr:
     """Whisper through the project's WhisperTranscriber, loaded on first use."""
 
-    def __init__(self, path: Path, long_form: str = "chunked", dtype: Optional[str] = None):
+    def __init__(self, path: Path, long_form: str = "chunked", dtype: Optional[str] = None,
+                 quantization: Optional[str] = None):
         self.path = path
         self.long_form = long_form
         self.dtype = dtype
+        self.quantization = quantization
         self._tr = None
         self.seconds = 0.0
 
@@ -120,7 +122,8 @@ class Asr:
             from whisper_asr import WhisperTranscriber, resolve_device
 
             settings = ModelSettings(asr_model=str(self.path), assistant_model=None,
-                                     diarization_model=None, torch_dtype=self.dtype)
+                                     diarization_model=None, torch_dtype=self.dtype,
+                                     quantization=self.quantization)
             self._tr = WhisperTranscriber(settings, *resolve_device(settings))
         return self._tr
 
@@ -315,7 +318,8 @@ def render(result: dict) -> str:
              f"pyannote.audio {meta['pyannote']}."
              + (f" Held-out dialogues: seeds + {meta['seed_offset']}." if meta.get("seed_offset") else "")
              + (f" ASR long_form: {meta['long_form']}." if meta.get("long_form", "chunked") != "chunked" else "")
-             + (f" ASR dtype: {meta['dtype']}." if meta.get("dtype") else ""),
+             + (f" ASR dtype: {meta['dtype']}." if meta.get("dtype") else "")
+             + (f" ASR quantization: {meta['quantization']}." if meta.get("quantization") else ""),
              "",
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
              "correct/substituted whose speaker is wrong after the best speaker mapping; dropped = "
@@ -438,6 +442,8 @@ def main(argv=None) -> int:
                     help="the endpoint's long_form parameter for the ASR (default chunked, its default)")
     ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                     help="the endpoint's TORCH_DTYPE for the ASR (default: its own default for the device)")
+    ap.add_argument("--quantization", default=None, choices=("int8",),
+                    help="the endpoint's QUANTIZATION for the ASR (CPU; default: none)")
     ap.add_argument("--seed-offset", type=int, default=0,
                     help="held-out variant of the dialogues: their seeds + this (other gaps, overlaps, "
                          "backchannels and noise; same scripts and voices). 0: the default set")
@@ -483,15 +489,17 @@ def main(argv=None) -> int:
     asr_seconds = 0.0
     cached = 0
     # the ASR output depends on these sources (the hallucination filter runs inside transcribe)
-    whisper_sha = _sha(*(_source_sha(n) for n in ("whisper_asr.py", "hallucination.py", "whisper_speedups.py")))
+    whisper_sha = _sha(*(_source_sha(n) for n in ("whisper_asr.py", "hallucination.py", "whisper_speedups.py",
+                                                      "int8_weights.py")))
     for m in models:
         path = model_path(models_dir, m)
-        runner = Asr(path, args.long_form, args.dtype)
+        runner = Asr(path, args.long_form, args.dtype, args.quantization)
         for f in files:
             key = _sha("asr", path.resolve(), (path / "model.safetensors").stat().st_size
                        if (path / "model.safetensors").exists() else 0, audio_sha[f.id], whisper_sha,
                        *([args.long_form] if args.long_form != "chunked" else []),
-                       *([args.dtype] if args.dtype else []))
+                       *([args.dtype] if args.dtype else []),
+                       *([args.quantization] if args.quantization else []))
             r = cache.get("asr", key)
             cached += r is not None
             if r is None:
@@ -638,6 +646,7 @@ def main(argv=None) -> int:
                          + (", CUDA" if torch.cuda.is_available() else ""),
                  "models": models, "modes": modes, "models_dir": str(models_dir),
                  "seed_offset": args.seed_offset, "long_form": args.long_form, "dtype": args.dtype,
+                 "quantization": args.quantization,
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
                  "diarization_seconds": diar_seconds, "data_seconds": data_seconds,
