@@ -69,18 +69,16 @@ class Int8Head(Int8Linear):
         self.refine = min(refine, self.out_features)
         self.register_buffer("exact_ids", exact_ids.to(torch.long))
         self.register_buffer("weight_exact", linear.weight.detach()[exact_ids].to(torch.bfloat16))
-        mask = torch.zeros(self.out_features, dtype=torch.bool)
-        mask[exact_ids] = True
-        self.register_buffer("exact_mask", mask)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
         out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
-        out[:, self.exact_ids] = flat @ self.weight_exact.T
-        top = out.masked_fill(self.exact_mask, -float("inf")).topk(self.refine, dim=1).indices
+        out[:, self.exact_ids] = -float("inf")  # out of the text tokens' ranking
+        top = out.topk(self.refine, dim=1).indices
         rows = self.weight_ref.detach()[top].to(torch.bfloat16)  # (n, refine, d)
         out.scatter_(1, top, torch.bmm(rows, flat.unsqueeze(2)).squeeze(2))
+        out[:, self.exact_ids] = flat @ self.weight_exact.T
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*shape[:-1], self.out_features).to(self.out_dtype or x.dtype)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import SAMPLE_RATE, encode, tiny_settings, tone
-from int8_weights import Int8Linear, kernel_available, quantize_decoder
+from int8_weights import Int8Head, Int8Linear, kernel_available, quantize_decoder
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="torch lacks _weight_int8pack_mm")
 
@@ -40,6 +40,33 @@ def test_int8_linear_error_stays_within_the_quantization_step():
     assert Int8Linear(linear, out_dtype=torch.float32)(x.to(torch.bfloat16)).dtype == torch.float32
 
 
+def test_int8_head_picks_what_bfloat16_would_among_near_ties():
+    """int8 alone can flip the greedy choice between close tokens; the refined head recomputes
+    the special/suppressed tokens and each row's top candidates from the bfloat16 weight."""
+    g = torch.Generator().manual_seed(1)
+    vocab, d, first_special = 2000, 64, 1900
+    linear = torch.nn.Linear(d, vocab, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(vocab, d, generator=g) * 0.05)
+        # near-ties: pairs of rows closer than int8 resolves, and a row with one outlier weight
+        # (a coarse int8 step for the rest of it)
+        for a, b in ((10, 11), (20, 21), (30, 31)):
+            linear.weight[b] = linear.weight[a] + 1e-3 * torch.randn(d, generator=g)
+        linear.weight[11, 0] = 1.5
+    exact_ids = torch.arange(first_special, vocab)
+    plain, head = Int8Linear(linear), Int8Head(linear, exact_ids, refine=8)
+    x = torch.randn(400, d, generator=g).to(torch.bfloat16)
+    x[:200] = (linear.weight[[10, 20, 30, 11] * 50] * 30).to(torch.bfloat16)
+    want = torch.nn.functional.linear(x, linear.weight)
+    picks_plain, picks_head = plain(x).argmax(-1), head(x).argmax(-1)
+    assert torch.equal(picks_head, want.argmax(-1))
+    assert not torch.equal(picks_plain, want.argmax(-1)), "the case must flip int8's choice"
+    out = head(x)
+    # specials as a bfloat16 projection computes them
+    assert torch.allclose(out[:, exact_ids].float(), want[:, exact_ids].float(), rtol=1e-2, atol=1e-2)
+    assert torch.equal(head(x.reshape(20, 20, d)).reshape(400, vocab), out)
+
+
 @pytest.fixture(scope="module")
 def int8_transcriber(tiny_models):
     from whisper_asr import WhisperTranscriber, resolve_device
@@ -55,7 +82,7 @@ def test_int8_decoder_and_vocabulary_projection_encoder_untouched(int8_transcrib
         decoder = model.model.decoder
         assert not any(isinstance(m, torch.nn.Linear) for m in decoder.modules())
         assert sum(isinstance(m, Int8Linear) for m in decoder.modules()) > 0
-        assert isinstance(model.proj_out, Int8Linear)
+        assert isinstance(model.proj_out, Int8Head)  # refined with Whisper's special tokens
         # the token embedding (tied to the projection in the checkpoint) stays for the lookup
         assert decoder.embed_tokens.weight.dtype == torch.bfloat16
     encoder = int8_transcriber.model.model.encoder
