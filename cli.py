@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = commands.add_parser(
         "transcribe", help="transcribe one audio file in-process and print the result",
         description="Transcribe FILE with the models named by ASR_MODEL, ASSISTANT_MODEL, "
-                    "DIARIZATION_MODEL, HF_TOKEN, DEVICE, TORCH_DTYPE, MAX_NEW_TOKENS.")
+                    "DIARIZATION_MODEL, HF_TOKEN, DEVICE, TORCH_DTYPE, QUANTIZATION, MAX_NEW_TOKENS.")
     t.add_argument("file", metavar="FILE", help="audio file (WAV, FLAC, MP3, Ogg, M4A, ...); - reads stdin")
     t.add_argument("--num-speakers", type=_positive_int, metavar="N", help="exact number of speakers")
     t.add_argument("--min-speakers", type=_positive_int, metavar="N", help="at least N speakers")

@@ -57,7 +57,21 @@ def tiny_en():
 
 
 def test_two_speaker_sample_tiny_en(tiny_en):
-    r = tiny_en({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode(),
+    check_two_speaker_sample(tiny_en)
+
+
+def test_two_speaker_sample_tiny_en_int8():
+    """QUANTIZATION=int8 (int8 decoder, bfloat16 model) keeps the transcript and the speakers."""
+    from int8_weights import kernel_available
+
+    need(REAL_MODELS / "whisper-tiny.en", PIPELINE, SAMPLE)
+    if not kernel_available():
+        pytest.skip("torch lacks _weight_int8pack_mm")
+    check_two_speaker_sample(real_handler("whisper-tiny.en", quantization="int8"))
+
+
+def check_two_speaker_sample(handler):
+    r = handler({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode(),
                  "parameters": {"num_speakers": 2, "return_word_timestamps": True}})
     ref = reference()
     ref_words = [w for _, _, _, text in ref for w in words(text)]
