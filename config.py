@@ -63,6 +63,10 @@ class ModelSettings(BaseSettings):
     generation_speedups: bool = Field(
         True, description="output-preserving Whisper speed fixes (whisper_speedups.py); false runs "
                           "transformers' stock code paths")
+    diarization_speedups: bool = Field(
+        True, description="pyannote speed fixes (diarization_speedups.py): no speaker embedding for "
+                          "a window's silent speaker slots; on CPU one window per embedding batch; "
+                          "false runs pyannote's own settings")
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
 

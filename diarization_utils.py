@@ -127,9 +127,11 @@ def _gated_message(model: str, reason: str = "") -> str:
             "local pipeline folder, or to an empty value to disable diarization)")
 
 
-def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False):
+def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
+                              speedups: bool = True):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
-    file; on ``device``. Fails with a message naming what to accept and set -- never the token."""
+    file; on ``device``, with the speed fixes of :mod:`diarization_speedups` unless ``speedups``
+    is false. Fails with a message naming what to accept and set -- never the token."""
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 
@@ -152,6 +154,11 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
         import torch
 
         pipeline.to(torch.device(device))
+    if speedups:
+        from diarization_speedups import apply_speedups
+
+        applied = apply_speedups(pipeline, device)
+        logger.info("diarization speed fixes: %s", ", ".join(applied) or "none applied")
     return pipeline
 
 

@@ -41,7 +41,8 @@ class EndpointHandler:
         if self.settings.diarization_model:
             self.diarization = load_diarization_pipeline(
                 self.settings.diarization_model, self.settings.token(), self.device,
-                telemetry=self.settings.diarization_telemetry)
+                telemetry=self.settings.diarization_telemetry,
+                speedups=self.settings.diarization_speedups)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization")
         self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
         logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s%s)",

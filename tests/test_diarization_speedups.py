@@ -1,0 +1,97 @@
+"""diarization_speedups.py: pyannote's output unchanged, less work done (tiny random pipeline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import tone
+
+
+def _load(tiny_models, speedups: bool):
+    from diarization_utils import load_diarization_pipeline
+
+    return load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", speedups=speedups)
+
+
+def _two_voices() -> np.ndarray:
+    rng = np.random.default_rng(11)
+    parts = [tone(s, freq=f) for s, f in ((4.0, 180.0), (3.0, 320.0), (5.0, 180.0), (4.0, 320.0))]
+    audio = np.concatenate(parts)
+    return (audio + 0.02 * rng.standard_normal(len(audio))).astype(np.float32)
+
+
+def _rows_run(pipeline):
+    """Spy on the embedding model's stock call: how many (window, speaker) rows it computes."""
+    rows = []
+    embedding = pipeline._embedding
+    stock = type(embedding).__mro__[1] if getattr(embedding, "_skips_silent", False) \
+        else type(embedding)
+    call = stock.__call__
+
+    def counting(self, waveforms, masks=None):
+        rows.append(len(waveforms))
+        return call(self, waveforms, masks=masks)
+
+    stock.__call__ = counting
+    return rows, lambda: setattr(stock, "__call__", call)
+
+
+def test_speedups_keep_the_turns_and_skip_silent_slots(tiny_models):
+    from diarization_utils import diarize
+
+    stock, fast = _load(tiny_models, False), _load(tiny_models, True)
+    assert getattr(fast._embedding, "_skips_silent", False)
+    assert not getattr(stock._embedding, "_skips_silent", False)
+    assert fast.embedding_batch_size == 1 and stock.embedding_batch_size == 32
+    audio = _two_voices()
+    rows, restore = _rows_run(stock)
+    try:
+        want = diarize(stock, audio)
+        stock_rows = sum(rows)
+        rows.clear()
+        got = diarize(fast, audio)
+        fast_rows = sum(rows)
+    finally:
+        restore()
+    assert got.turns == want.turns and got.exclusive_turns == want.exclusive_turns
+    assert fast_rows < stock_rows, "the test audio must leave some window's speaker slot silent"
+    # speaker-count constraints run through the same clustering
+    assert diarize(fast, audio, num_speakers=2).turns == diarize(stock, audio, num_speakers=2).turns
+
+
+def test_skipped_slots_get_nan_and_active_ones_their_embedding(tiny_models):
+    import torch
+
+    fast, stock = _load(tiny_models, True), _load(tiny_models, False)
+    waveforms = 0.1 * torch.randn(3, 1, 32000, generator=torch.Generator().manual_seed(2))
+    masks = torch.zeros(3, 100)
+    masks[0, 10:60] = 1.0
+    masks[2] = 1.0
+    with torch.inference_mode():
+        got, want = fast._embedding(waveforms, masks=masks), stock._embedding(waveforms, masks=masks)
+        none = fast._embedding(waveforms[1:2], masks=masks[1:2])
+    assert np.isnan(got[1]).all() and np.isnan(none).all() and none.shape == (1, got.shape[1])
+    assert np.allclose(got[[0, 2]], want[[0, 2]], atol=1e-5)
+    assert np.isfinite(got[[0, 2]]).all()
+
+
+def test_joint_assignment_keeps_silent_slots_unless_they_are_nan_anyway(tiny_models):
+    """With VBx-style constrained (joint) assignment a silent slot's embedding takes part in its
+    window's assignment: the skip then applies only to a model that returns NaN for it anyway
+    (WeSpeaker ResNet34 returns a finite vector for an all-zero mask)."""
+    from diarization_speedups import skip_silent_embeddings
+
+    pipeline = _load(tiny_models, False)
+    pipeline.clustering.constrained_assignment = True
+    assert not skip_silent_embeddings(pipeline)
+
+
+@pytest.mark.parametrize("device,applies", [(None, True), ("cpu", True), ("cuda", False),
+                                            ("cuda:1", False)])
+def test_cpu_embedding_batch_only_on_cpu(tiny_models, device, applies):
+    from diarization_speedups import cpu_embedding_batch
+
+    pipeline = _load(tiny_models, False)
+    assert cpu_embedding_batch(pipeline, device) is applies
+    assert pipeline.embedding_batch_size == (1 if applies else 32)
