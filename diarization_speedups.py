@@ -91,13 +91,11 @@ def skip_silent_embeddings(pipeline) -> bool:
             active = (masks.reshape(masks.shape[0], -1) != 0).any(dim=1)
             if bool(active.all()):
                 return stock.__call__(self, waveforms, masks=masks)
-            out = None
-            if bool(active.any()):
-                computed = np.asarray(stock.__call__(self, waveforms[active], masks=masks[active]))
-                out = np.full((masks.shape[0],) + computed.shape[1:], np.nan, dtype=computed.dtype)
-                out[active.cpu().numpy()] = computed
-            else:
-                out = np.full((masks.shape[0], self.dimension), np.nan, dtype=np.float32)
+            if not bool(active.any()):
+                return np.full((masks.shape[0], self.dimension), np.nan, dtype=np.float32)
+            computed = np.asarray(stock.__call__(self, waveforms[active], masks=masks[active]))
+            out = np.full((masks.shape[0],) + computed.shape[1:], np.nan, dtype=computed.dtype)
+            out[active.cpu().numpy()] = computed
             return out
 
     SkipSilent.__name__ = SkipSilent.__qualname__ = f"SkipSilent{stock.__name__}"

@@ -14,8 +14,6 @@ output, as faster-whisper's int8 does: measured WER is in README.md and bench/re
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 _INT8_MAX = 127
@@ -29,9 +27,8 @@ def kernel_available() -> bool:
 class Int8Linear(torch.nn.Module):
     """``nn.Linear`` with int8 weights (symmetric, one scale per output row); computes in bfloat16."""
 
-    def __init__(self, linear: torch.nn.Linear, out_dtype: Optional[torch.dtype] = None):
+    def __init__(self, linear: torch.nn.Linear):
         super().__init__()
-        self.out_dtype = out_dtype  # None: the input's dtype
         weight = linear.weight.detach().float()
         peak = weight.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
         scale = (peak / _INT8_MAX).to(torch.bfloat16)
@@ -48,7 +45,7 @@ class Int8Linear(torch.nn.Module):
         out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*shape[:-1], self.out_features).to(self.out_dtype or x.dtype)
+        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
@@ -62,9 +59,8 @@ class Int8Head(Int8Linear):
     token is not among int8's top ``refine``. (Measured: int8 alone cost tiny.en a sentence on the
     attribution eval.) The bfloat16 weight is the token embedding's, which the model keeps anyway."""
 
-    def __init__(self, linear: torch.nn.Linear, exact_ids: torch.Tensor, refine: int = 8,
-                 out_dtype: Optional[torch.dtype] = None):
-        super().__init__(linear, out_dtype)
+    def __init__(self, linear: torch.nn.Linear, exact_ids: torch.Tensor, refine: int = 8):
+        super().__init__(linear)
         self.weight_ref = linear.weight  # shared with the embedding: no copy
         self.refine = min(refine, self.out_features)
         self.register_buffer("exact_ids", exact_ids.to(torch.long))
@@ -81,10 +77,10 @@ class Int8Head(Int8Linear):
         out[:, self.exact_ids] = flat @ self.weight_exact.T
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*shape[:-1], self.out_features).to(self.out_dtype or x.dtype)
+        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
 
-def quantize_decoder(model, out_dtype: Optional[torch.dtype] = None) -> int:
+def quantize_decoder(model) -> int:
     """Replace the linear layers of ``model``'s decoder and its vocabulary projection
     (``proj_out``) by :class:`Int8Linear`, in place. Works for ``WhisperForConditionalGeneration``
     and the decoder-only ``WhisperForCausalLM`` (the assistant). Returns how many were replaced."""
@@ -95,7 +91,7 @@ def quantize_decoder(model, out_dtype: Optional[torch.dtype] = None) -> int:
     for module in list(decoder.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Int8Linear(child, out_dtype))
+                setattr(module, name, Int8Linear(child))
                 replaced += 1
     head = getattr(model, "proj_out", None)
     if isinstance(head, torch.nn.Linear):
@@ -103,7 +99,6 @@ def quantize_decoder(model, out_dtype: Optional[torch.dtype] = None) -> int:
         from whisper_speedups import decision_token_ids
 
         exact_ids = decision_token_ids(model)
-        model.proj_out = Int8Linear(head, out_dtype) if exact_ids is None \
-            else Int8Head(head, exact_ids, out_dtype=out_dtype)
+        model.proj_out = Int8Linear(head) if exact_ids is None else Int8Head(head, exact_ids)
         replaced += 1
     return replaced
