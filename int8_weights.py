@@ -39,10 +39,13 @@ class Int8Linear(torch.nn.Module):
         bias = linear.bias
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.bfloat16))
 
+    def _project(self, flat: torch.Tensor) -> torch.Tensor:
+        """(n, in_features) bfloat16 -> (n, out_features) bfloat16, without the bias."""
+        return torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
-        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
+        out = self._project(x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous())
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
@@ -66,18 +69,14 @@ class Int8Head(Int8Linear):
         self.register_buffer("exact_ids", exact_ids.to(torch.long))
         self.register_buffer("weight_exact", linear.weight.detach()[exact_ids].to(torch.bfloat16))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
-        out = torch._weight_int8pack_mm(flat, self.weight_int8, self.scale)
+    def _project(self, flat: torch.Tensor) -> torch.Tensor:
+        out = super()._project(flat)
         out[:, self.exact_ids] = -float("inf")  # out of the text tokens' ranking
         top = out.topk(self.refine, dim=1).indices
         rows = self.weight_ref.detach()[top].to(torch.bfloat16)  # (n, refine, d)
         out.scatter_(1, top, torch.bmm(rows, flat.unsqueeze(2)).squeeze(2))
         out[:, self.exact_ids] = flat @ self.weight_exact.T
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
+        return out
 
 
 def quantize_decoder(model) -> int:

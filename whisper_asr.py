@@ -152,7 +152,6 @@ class WhisperTranscriber:
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
         _clear_forced_decoder_ids(self.model)
-        self.quantization = settings.quantization
         if settings.quantization == "int8":
             from int8_weights import quantize_decoder
 

@@ -133,8 +133,6 @@ class _FastHead:
         self.weight_bf16 = weight.to(torch.bfloat16)
         self.exact_ids = exact_ids
         self.weight_exact = weight[exact_ids].contiguous()
-        self.exact_mask = torch.zeros(self.vocab, dtype=torch.bool)
-        self.exact_mask[exact_ids] = True
         self.max_row_norm = float(weight.norm(dim=1).max())
         self.factor = _bound_factor(self.d)
         self.enabled = True
@@ -146,13 +144,14 @@ class _FastHead:
         shape = x.shape
         flat_x = x.reshape(-1, self.d)
         out = torch.nn.functional.linear(flat_x.to(torch.bfloat16), self.weight_bf16).float()
+        # every other token within 2 x bound of the largest other one may be the greedy choice
+        # (the exact tokens are set aside in place first: no vocabulary-sized copy per step)
+        out[:, self.exact_ids] = -math.inf
+        bound = self.factor * flat_x.norm(dim=1) * self.max_row_norm
+        top = out.max(dim=1).values
+        near = (out >= (top - 2 * bound)[:, None]).any(dim=0).nonzero().squeeze(1)
         # exact: special/timestamp/suppressed tokens, whose masks the logits processors change
         out[:, self.exact_ids] = torch.nn.functional.linear(flat_x, self.weight_exact)
-        # every other token within 2 x bound of the largest other one may be the greedy choice
-        bound = self.factor * flat_x.norm(dim=1) * self.max_row_norm
-        others = out.masked_fill(self.exact_mask, -math.inf)
-        top = others.max(dim=1).values
-        near = (others >= (top - 2 * bound)[:, None]).any(dim=0).nonzero().squeeze(1)
         if near.numel():
             out[:, near] = torch.nn.functional.linear(flat_x, weight[near])
         if self.linear.bias is not None:

@@ -31,8 +31,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from common import REAL, RESULTS, get_input, loadavg, machine, setup_env  # noqa: E402
 
 
-def wespeaker_pipeline(out: Path) -> Path:
-    """3.1 layout: real segmentation-3.0, random WeSpeaker ResNet34, the recipe's parameters."""
+def wespeaker_pipeline(out: Path, recipe: Path) -> Path:
+    """3.1 layout: real segmentation-3.0, random WeSpeaker ResNet34, and the hyper-parameters of
+    ``recipe`` (the kit's 3.1 pipeline folder)."""
     import yaml
     from tiny_models import build_pyannote_pipeline
 
@@ -42,9 +43,7 @@ def wespeaker_pipeline(out: Path) -> Path:
     shutil.copytree(REAL / "segmentation-3.0", out / "segmentation")
     config = yaml.safe_load((out / "config.yaml").read_text())
     config["pipeline"]["params"].pop("segmentation_step", None)  # the recipe's 10 % step
-    config["params"] = {"clustering": {"method": "centroid", "min_cluster_size": 12,
-                                       "threshold": 0.7045654963945799},
-                        "segmentation": {"min_duration_off": 0.0}}
+    config["params"] = yaml.safe_load((recipe / "config.yaml").read_text())["params"]
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return out
 
@@ -68,7 +67,8 @@ def main(argv=None) -> None:
     sys.path.insert(0, str(folders["campp"]))  # campp_embedding.py
     started, load_start, rows = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), loadavg(), []
     for name in args.embedding.split(","):
-        folder = wespeaker_pipeline(RESULTS / "wespeaker-3.1") if name == "wespeaker" else folders[name]
+        folder = wespeaker_pipeline(RESULTS / "wespeaker-3.1", folders["campp"]) \
+            if name == "wespeaker" else folders[name]
         stock = load_diarization_pipeline(str(folder), None, "cpu", speedups=False)
         ours = load_diarization_pipeline(str(folder), None, "cpu")
         for label in args.inputs.split(","):
