@@ -61,7 +61,7 @@ class ModelSettings(BaseSettings):
         4 * 3600, gt=0, description="longer audio is rejected (checked from the header before "
                                     "decoding everything)")
     generation_speedups: bool = Field(
-        True, description="output-preserving Whisper speed fixes (whisper_speedups.py); false runs "
+        True, description="output-preserving Whisper speed fixes (whisper_speedups.py, lean_decoder.py); false runs "
                           "transformers' stock code paths")
     diarization_speedups: bool = Field(
         True, description="pyannote speed fixes (diarization_speedups.py): no speaker embedding for "

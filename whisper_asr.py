@@ -156,7 +156,7 @@ class WhisperTranscriber:
             from int8_weights import quantize_decoder
 
             quantize_decoder(self.model)
-        self.fast_lm_head = False
+        self.fast_lm_head = self.lean_decoder = False
         if settings.generation_speedups:
             from whisper_speedups import (cache_suppress_masks, fast_dtw, fast_lm_head,
                                           keep_encoder_on_sdpa)
@@ -165,6 +165,9 @@ class WhisperTranscriber:
             cache_suppress_masks(self.model)
             fast_dtw(self.model)
             self.fast_lm_head = fast_lm_head(self.model)
+            import lean_decoder
+
+            self.lean_decoder = lean_decoder.install(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(
             getattr(gen, "lang_to_id", None))
@@ -199,6 +202,10 @@ class WhisperTranscriber:
                     f"ASSISTANT_MODEL {settings.assistant_model} expects encoder states of size "
                     f"{self.assistant.config.d_model}, ASR_MODEL has {self.model.config.d_model}: "
                     "the assistant must be distilled from the main model (same encoder)")
+            if settings.generation_speedups:
+                import lean_decoder
+
+                lean_decoder.install(self.assistant)
 
         self.pipe = pipeline(
             "automatic-speech-recognition", model=self.model, tokenizer=self.processor.tokenizer,
