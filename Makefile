@@ -39,7 +39,7 @@ serve: $(VENV)/.installed
 # the whole offline suite, then the handler again under transformers 4.51
 test: $(VENV)/.installed $(COMPAT)/.installed
 	$(PY) -m pytest -q
-	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q tests/test_handler.py tests/test_compat.py tests/test_speedups.py tests/test_int8.py tests/test_lean_decoder.py
+	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q tests/test_handler.py tests/test_compat.py tests/test_speedups.py tests/test_int8.py tests/test_lean_decoder.py tests/test_chunk_windows.py
 
 test-real: $(VENV)/.installed
 	$(PY) -m pytest -q -m real

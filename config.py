@@ -168,7 +168,7 @@ class InferenceConfig(BaseModel):
                                   description="window length for chunked long-form decoding")
     long_form: Literal["chunked", "sequential"] = Field(
         "chunked", description="how audio longer than one window is decoded: 'chunked' (overlapping "
-                               "windows decoded batch_size at a time and merged), 'sequential' "
+                               "windows decoded batch_size at a time, each once, and merged), 'sequential' "
                                "(Whisper's own long-form algorithm: one 30 s window at a time, each "
                                "starting where the last complete segment ended; works with the "
                                "assistant). Measured on CPU (bench/results.md): sequential no faster "

@@ -152,6 +152,9 @@ class WhisperTranscriber:
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
         _clear_forced_decoder_ids(self.model)
+        import chunk_windows
+
+        chunk_windows.install(self.model)
         if settings.quantization == "int8":
             from int8_weights import quantize_decoder
 
@@ -281,7 +284,9 @@ class WhisperTranscriber:
 
             set_fast_lm_head(self.model, fast_lm_head_allowed(generate_kwargs))
         started = time.perf_counter()
-        with torch.inference_mode():
+        from chunk_windows import one_pass_per_window
+
+        with torch.inference_mode(), one_pass_per_window(chunked):
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
                 **window,

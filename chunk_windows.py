@@ -1,0 +1,95 @@
+"""One decoding pass per window in chunked long-form decoding, under transformers 5 as under 4.5x.
+
+Chunked decoding (``long_form="chunked"``) cuts long audio into overlapping 30 s windows, decodes
+them in batches and merges the windows' texts on their overlaps. transformers 4.5x (the version
+the Inference Endpoints image pins) decodes each window once. transformers 5 runs every window
+through Whisper's sequential algorithm instead: when a window's text ends inside a segment (no
+closing timestamp, the usual case for a window cut mid-speech), it throws that segment away and
+decodes the window *again* from the segment's start, a second encoder pass and decoding run for
+the batch. The re-decoded stretch lies in the window's right overlap, which the next window
+covers from its own start and the merge reconciles anyway, so it is paid for twice: measured
+with int8 weights on the 60 s bench file, 2.18 -> 1.63 s (tiny.en) and 3.76 -> 2.89 s (base);
+word error rates in bench/README.md.
+
+:func:`install` wraps one model's segment splitter so that, inside :func:`one_pass_per_window`,
+an unfinished window keeps its tail as a last segment (the tokens the single pass wrote, with
+their word times) and counts as done, which is transformers 4.5x's output for the window. Outside
+that context (audio that fits one window, sequential long-form) nothing changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+
+_STATE = threading.local()
+# the keyword arguments transformers 5's generate passes to _retrieve_segment and this reads
+_NEEDED = ("seek_sequence", "seek_outputs", "time_offset", "seek_num_frames",
+           "time_precision_features", "prev_idx", "idx", "return_token_timestamps",
+           "decoder_input_ids")
+
+
+@contextlib.contextmanager
+def one_pass_per_window(enabled: bool = True):
+    """Within this block (this thread), windows decoded by an installed model get one pass."""
+    previous = getattr(_STATE, "enabled", False)
+    _STATE.enabled = enabled
+    try:
+        yield
+    finally:
+        _STATE.enabled = previous
+
+
+def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
+    """``(segments, offset)`` of a window as one pass leaves it: when the splitter sent the
+    decoder back to an unfinished segment (``offset`` short of the window), the tokens after the
+    last complete segment are kept as a final segment and the offset covers the whole window."""
+    prev, idx = kw["prev_idx"], kw["idx"]
+    frames = kw["seek_num_frames"][prev]
+    if offset >= frames:
+        return segments, offset
+    sequence = kw["seek_sequence"]
+    start = kw["decoder_input_ids"].shape[-1]  # the window's output starts after its prompt
+    covered = segments[-1]["idxs"][1] - start if segments else 0
+    if covered < len(sequence):
+        result = kw["seek_outputs"][idx]
+        window_start = kw["time_offset"][prev]
+        tail = {"start": segments[-1]["end"] if segments else window_start,
+                "end": window_start + frames * kw["time_precision_features"],
+                "tokens": sequence[covered:],
+                "idxs": (start + covered, start + len(sequence)),
+                "result": result}
+        if kw["return_token_timestamps"]:
+            tail["token_timestamps"] = (result["token_timestamps"][start + covered:start + len(sequence)]
+                                        + window_start)
+        segments = [*segments, tail]
+    return segments, frames
+
+
+def install(model) -> bool:
+    """Wrap ``model._retrieve_segment`` (transformers' splitter of a window's tokens into
+    segments), under transformers 5. Returns whether it applied: the splitter must take the
+    keywords this reads."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return False  # 4.5x decodes each chunked window once already
+    stock = getattr(model, "_retrieve_segment", None)
+    if stock is None:
+        return False
+    try:
+        parameters = inspect.signature(stock).parameters
+    except (TypeError, ValueError):
+        return False
+    if not all(name in parameters for name in _NEEDED):
+        return False
+
+    def retrieve_segment(**kw):
+        segments, offset = stock(**kw)
+        if not getattr(_STATE, "enabled", False):
+            return segments, offset
+        return keep_tail(segments, offset, **kw)
+
+    model._retrieve_segment = retrieve_segment
+    return True
