@@ -28,7 +28,12 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
   transformers runs as a Python double loop over tokens x frames (0.1 s for 100 tokens x 1500
   frames, per window). :func:`dynamic_time_warping` fills the same cost matrix one anti-diagonal
   at a time with numpy (each cell depends only on the previous two diagonals), with the same
-  float32 rounding and tie rules, so the path is identical; 3-4x faster.
+  float32 rounding and tie rules, so the path is identical; 3-4x faster. Before the warping the
+  attention weights are smoothed by a width-7 median filter, which transformers computes by
+  sorting every window of 7 (60-90 ms per 30 s window at 160 tokens); :func:`median_filter` takes
+  the middle of a 16-comparator sorting network instead (elementwise min/max, same values): 8-17
+  ms instead of 90 ms for 8 heads x 160 tokens x 1500 frames; about 0.02 s per request on the
+  30 s and 60 s bench inputs.
 """
 
 from __future__ import annotations
@@ -261,6 +266,28 @@ def dynamic_time_warping(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(text_indices)[::-1], np.array(time_indices)[::-1]
 
 
+# a sorting network for 7 values (16 comparators, Knuth TAOCP 5.3.4): after these
+# compare-exchanges position 3 holds the median
+_SORT7 = ((0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5), (3, 4), (1, 2), (4, 6),
+          (2, 3), (4, 5), (1, 2), (3, 4), (5, 6))
+
+
+def median_filter(inputs: torch.Tensor, filter_width: int, stock) -> torch.Tensor:
+    """transformers' ``_median_filter`` (reflect padding, median of each window along the last
+    dimension) for width 7 without sorting: the same values. Other widths, inputs too short to
+    pad, and inputs holding a NaN (sort and min/max order NaN differently) go to ``stock``,
+    transformers' own function."""
+    pad = filter_width // 2
+    if filter_width != 7 or inputs.shape[-1] <= pad or bool(torch.isnan(inputs).any()):
+        return stock(inputs, filter_width)
+    padded = torch.nn.functional.pad(inputs, (pad, pad, 0, 0), mode="reflect")
+    n = inputs.shape[-1]
+    v = [padded[..., i:i + n] for i in range(filter_width)]
+    for i, j in _SORT7:
+        v[i], v[j] = torch.minimum(v[i], v[j]), torch.maximum(v[i], v[j])
+    return v[pad]
+
+
 _DTW_LOCK = threading.Lock()
 
 
@@ -273,17 +300,25 @@ def fast_dtw(model) -> bool:
     except ImportError:
         return False
     stock = getattr(generation_whisper, "_dynamic_time_warping", None)
+    stock_median = getattr(generation_whisper, "_median_filter", None)
     extract = getattr(model, "_extract_token_timestamps", None)
     if stock is None or extract is None:
         return False
 
+    def fast_median(inputs, filter_width):
+        return median_filter(inputs, filter_width, stock_median)
+
     def extract_token_timestamps(*args, **kwargs):
         with _DTW_LOCK:
             generation_whisper._dynamic_time_warping = dynamic_time_warping
+            if stock_median is not None:
+                generation_whisper._median_filter = fast_median
             try:
                 return extract(*args, **kwargs)
             finally:
                 generation_whisper._dynamic_time_warping = stock
+                if stock_median is not None:
+                    generation_whisper._median_filter = stock_median
 
     model._extract_token_timestamps = extract_token_timestamps
     return True

@@ -203,6 +203,45 @@ def test_dtw_by_diagonals_gives_transformers_path_exactly():
             assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(want, got))
 
 
+def test_sorting_network_puts_the_median_in_the_middle_for_every_input():
+    """0-1 principle: a comparator network that orders all 128 binary inputs of 7 orders every
+    input, so position 3 is the median whatever the values."""
+    import itertools
+
+    from whisper_speedups import _SORT7
+
+    for bits in itertools.product((0, 1), repeat=7):
+        v = list(bits)
+        for i, j in _SORT7:
+            v[i], v[j] = min(v[i], v[j]), max(v[i], v[j])
+        assert v == sorted(bits)
+
+
+def test_median_filter_equals_transformers_values_exactly():
+    from transformers.models.whisper import generation_whisper
+
+    from whisper_speedups import median_filter
+
+    stock = generation_whisper._median_filter
+    gen = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(1, 8, 40, 1500, generator=gen),
+              torch.randn(2, 6, 9, 300, generator=gen).to(torch.bfloat16),
+              torch.randint(-2, 3, (1, 4, 7, 50), generator=gen).float(),  # ties everywhere
+              torch.randn(3, 5, 20, generator=gen),  # 3-D, as transformers' per-batch path
+              torch.randn(1, 2, 3, 3, generator=gen),  # too short to pad: returned as is
+              torch.zeros(1, 2, 3, 30)]
+    with_inf = torch.randn(1, 2, 5, 40, generator=gen)
+    with_inf[0, 0, 1, 3], with_inf[0, 1, 2, 10] = float("inf"), -float("inf")
+    with_nan = torch.randn(1, 2, 5, 40, generator=gen)
+    with_nan[0, 1, 2, 10] = float("nan")  # sort orders NaN last, min/max would spread it
+    for x in inputs + [with_inf, with_nan]:
+        want, got = stock(x, 7), median_filter(x, 7, stock)
+        assert want.dtype == got.dtype and want.shape == got.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    x = torch.randn(1, 2, 5, 40, generator=gen)
+    torch.testing.assert_close(median_filter(x, 5, stock), stock(x, 5), rtol=0, atol=0)
+
+
 def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
     from transformers.models.whisper import generation_whisper
 
@@ -212,6 +251,7 @@ def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
     seen = []
     stock = generation_whisper._dynamic_time_warping
     assert stock is not dynamic_time_warping  # outside an alignment the stock loop stays
+    stock_median = generation_whisper._median_filter
     real = dynamic_time_warping
 
     def spy(matrix):
@@ -229,3 +269,4 @@ def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
     finally:
         whisper_speedups.dynamic_time_warping = real
     assert seen and generation_whisper._dynamic_time_warping is stock
+    assert generation_whisper._median_filter is stock_median
