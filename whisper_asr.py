@@ -161,11 +161,12 @@ class WhisperTranscriber:
             quantize_decoder(self.model)
         self.fast_lm_head = self.lean_decoder = False
         if settings.generation_speedups:
-            from whisper_speedups import (cache_suppress_masks, fast_dtw, fast_lm_head,
-                                          keep_encoder_on_sdpa)
+            from whisper_speedups import (cache_processor_signatures, cache_suppress_masks,
+                                          fast_dtw, fast_lm_head, keep_encoder_on_sdpa)
 
             keep_encoder_on_sdpa(self.model)
             cache_suppress_masks(self.model)
+            cache_processor_signatures(self.model)
             fast_dtw(self.model)
             self.fast_lm_head = fast_lm_head(self.model)
             import lean_decoder
@@ -209,6 +210,9 @@ class WhisperTranscriber:
                 import lean_decoder
 
                 lean_decoder.install(self.assistant)
+                from whisper_speedups import cache_processor_signatures
+
+                cache_processor_signatures(self.assistant)
 
         self.pipe = pipeline(
             "automatic-speech-recognition", model=self.model, tokenizer=self.processor.tokenizer,

@@ -120,6 +120,61 @@ def test_cpu_decodes_long_audio_in_batches_of_eight(transcribers):
     assert all(t.default_batch_size == DEFAULT_CPU_BATCH_SIZE == 8 for t in transcribers.values())
 
 
+def test_processor_list_looks_signatures_up_once_per_type(transcribers, monkeypatch):
+    import inspect
+
+    from config import InferenceConfig
+
+    real = inspect.signature
+    lookups = []
+
+    from transformers.generation.logits_process import LogitsProcessor
+
+    def counted(fn, *a, **k):
+        if isinstance(getattr(fn, "__self__", None), LogitsProcessor):
+            lookups.append(fn)
+        return real(fn, *a, **k)
+
+    monkeypatch.setattr(inspect, "signature", counted)
+    audio = _speech_like(6.0)
+    for assisted in (False, True):
+        counts = {}
+        for fast, transcriber in transcribers.items():
+            cfg = InferenceConfig.from_request({"language": "en", "assisted": assisted},
+                                               transcriber.capabilities(False))
+            transcriber.transcribe(audio, cfg, word_timestamps=True)  # types seen once
+            lookups.clear()
+            transcriber.transcribe(audio, cfg, word_timestamps=True)
+            counts[fast] = len(lookups)
+        # stock: every processor at every step; here: once per processor type, then never
+        assert counts[False] > 20
+        assert counts[True] == 0
+
+
+def test_signature_cached_list_gives_the_stock_list_result_and_errors():
+    from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
+
+    from whisper_speedups import SignatureCachedProcessorList
+
+    class Scale(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            return scores * 2
+
+    class NeedsLength(LogitsProcessor):
+        def __call__(self, input_ids, scores, cur_len):
+            return scores + cur_len
+
+    ids, scores = torch.zeros(2, 3, dtype=torch.long), torch.randn(2, 10)
+    for processors in ([Scale(), Scale()], [Scale(), NeedsLength()]):
+        stock, cached = LogitsProcessorList(processors), SignatureCachedProcessorList(processors)
+        if any(isinstance(p, NeedsLength) for p in processors):
+            assert torch.equal(stock(ids, scores, cur_len=3), cached(ids, scores, cur_len=3))
+            with pytest.raises(ValueError, match="required parameters"):
+                cached(ids, scores)
+        else:
+            assert torch.equal(stock(ids, scores), cached(ids, scores))
+
+
 def test_fast_lm_head_picks_the_float32_greedy_token_under_whisper_masks():
     """The bfloat16-then-exact projection: every token that can be the greedy choice has its
     float32 logit, whatever Whisper's processors mask (suppressed ids, the whole text block, or
