@@ -8,8 +8,8 @@ closing timestamp, the usual case for a window cut mid-speech), it throws that s
 decodes the window *again* from the segment's start, a second encoder pass and decoding run for
 the batch. The re-decoded stretch lies in the window's right overlap, which the next window
 covers from its own start and the merge reconciles anyway, so it is paid for twice: measured
-with int8 weights on the 60 s bench file, 2.18 -> 1.63 s (tiny.en) and 3.76 -> 2.89 s (base);
-word error rates in bench/README.md.
+with int8 weights on the 60 s bench file (quiet machine, median of 3), 2.70 -> 1.79 s (tiny.en)
+and 3.42 -> 2.87 s (base); word error rates in bench/README.md.
 
 :func:`install` wraps one model's segment splitter so that, inside :func:`one_pass_per_window`,
 an unfinished window keeps its tail as a last segment (the tokens the single pass wrote, with
@@ -71,9 +71,9 @@ def install(model) -> bool:
     """Wrap ``model._retrieve_segment`` (transformers' splitter of a window's tokens into
     segments), under transformers 5. Returns whether it applied: the splitter must take the
     keywords this reads."""
-    import transformers
+    from whisper_asr import _transformers_major
 
-    if int(transformers.__version__.split(".")[0]) < 5:
+    if _transformers_major() < 5:
         return False  # 4.5x decodes each chunked window once already
     stock = getattr(model, "_retrieve_segment", None)
     if stock is None:

@@ -11,17 +11,17 @@ operations, in the same order and dtype, on the same modules and the same cache 
 logit is bit-identical; only the overhead goes. It serves the calls ``generate()`` makes when
 word timestamps are asked for (eager attention, which the timestamps need and which the handler
 uses whenever it diarizes: token ids, encoder states, an encoder-decoder cache, no padding mask)
-and hands every other call to the stock forward. :func:`install` compares the two on a probe before it switches and keeps
-the stock forward when anything differs (a transformers release that changes the layer's
-arithmetic), so the speed-up can never change a transcript.
+and hands every other call to the stock forward. :func:`install` compares the two on a probe
+before it switches and keeps the stock forward when anything differs (a transformers release
+that changes the layer's arithmetic), so the speed-up can never change a transcript.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
-import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
@@ -35,15 +35,22 @@ def _supported() -> bool:
     return hasattr(DynamicCache(), "layers")
 
 
+@functools.cache
+def _transformers_5():
+    """The transformers 5 names a step uses, imported once (4.5x lacks some of them)."""
+    from transformers.cache_utils import EncoderDecoderCache
+    from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+    from transformers.models.whisper.modeling_whisper import eager_attention_forward
+
+    return EncoderDecoderCache, BaseModelOutputWithPastAndCrossAttentions, eager_attention_forward
+
+
 def lean_forward(decoder, stock, input_ids=None, attention_mask=None, encoder_hidden_states=None,
                  cache=None, inputs_embeds=None, position_ids=None, use_cache=None,
                  output_attentions=False, **kwargs):
     """``WhisperDecoder.forward`` for generation steps; anything else goes to ``stock``."""
-    from transformers.cache_utils import EncoderDecoderCache
-    from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
-
-    from transformers.models.whisper.modeling_whisper import eager_attention_forward
-
+    EncoderDecoderCache, BaseModelOutputWithPastAndCrossAttentions, eager_attention_forward = \
+        _transformers_5()
     if (getattr(decoder.config, "_attn_implementation", None) != "eager"
             or input_ids is None or inputs_embeds is not None or attention_mask is not None
             or position_ids is not None or encoder_hidden_states is None or not use_cache

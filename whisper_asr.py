@@ -103,6 +103,17 @@ def _clear_forced_decoder_ids(model) -> None:
         gen.forced_decoder_ids = None
 
 
+def _lean_generation(model) -> bool:
+    """The output-preserving speed-ups that apply to the main model and the assistant alike: the
+    processor list without per-step signature lookups and the lean decoder step. Returns whether
+    the lean decoder applied."""
+    import lean_decoder
+    from whisper_speedups import cache_processor_signatures
+
+    cache_processor_signatures(model)
+    return lean_decoder.install(model)
+
+
 def resolve_device(settings: ModelSettings):
     """(torch.device, torch.dtype): GPU + float16 when available, else CPU + float32, unless the
     settings say otherwise."""
@@ -161,17 +172,14 @@ class WhisperTranscriber:
             quantize_decoder(self.model)
         self.fast_lm_head = self.lean_decoder = False
         if settings.generation_speedups:
-            from whisper_speedups import (cache_processor_signatures, cache_suppress_masks,
-                                          fast_dtw, fast_lm_head, keep_encoder_on_sdpa)
+            from whisper_speedups import (cache_suppress_masks, fast_dtw, fast_lm_head,
+                                          keep_encoder_on_sdpa)
 
             keep_encoder_on_sdpa(self.model)
             cache_suppress_masks(self.model)
-            cache_processor_signatures(self.model)
             fast_dtw(self.model)
             self.fast_lm_head = fast_lm_head(self.model)
-            import lean_decoder
-
-            self.lean_decoder = lean_decoder.install(self.model)
+            self.lean_decoder = _lean_generation(self.model)
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(
             getattr(gen, "lang_to_id", None))
@@ -207,12 +215,7 @@ class WhisperTranscriber:
                     f"{self.assistant.config.d_model}, ASR_MODEL has {self.model.config.d_model}: "
                     "the assistant must be distilled from the main model (same encoder)")
             if settings.generation_speedups:
-                import lean_decoder
-
-                lean_decoder.install(self.assistant)
-                from whisper_speedups import cache_processor_signatures
-
-                cache_processor_signatures(self.assistant)
+                _lean_generation(self.assistant)
 
         self.pipe = pipeline(
             "automatic-speech-recognition", model=self.model, tokenizer=self.processor.tokenizer,

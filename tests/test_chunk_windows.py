@@ -52,11 +52,12 @@ def test_window_without_complete_segment_is_kept_whole():
     assert segments == whole and offset == 3000
 
 
-def test_only_inside_the_context_and_only_for_chunked_requests(tiny_models):
-    import transformers
+def test_splitter_changes_only_inside_the_context(tiny_models):
     from transformers import WhisperForConditionalGeneration
 
-    if int(transformers.__version__.split(".")[0]) < 5:
+    from whisper_asr import _transformers_major
+
+    if _transformers_major() < 5:
         model = WhisperForConditionalGeneration.from_pretrained(str(tiny_models["whisper"]))
         assert install(model) is False  # 4.5x decodes each window once already
         return
@@ -76,11 +77,9 @@ def test_only_inside_the_context_and_only_for_chunked_requests(tiny_models):
 
 
 def test_chunked_request_encodes_each_batch_of_windows_once(tiny_models):
-    import transformers
-
     from config import InferenceConfig
     from conftest import tiny_settings
-    from whisper_asr import WhisperTranscriber, resolve_device
+    from whisper_asr import WhisperTranscriber, _transformers_major, resolve_device
 
     settings = tiny_settings(tiny_models, assistant_model=None)
     transcriber = WhisperTranscriber(settings, *resolve_device(settings))
@@ -100,5 +99,5 @@ def test_chunked_request_encodes_each_batch_of_windows_once(tiny_models):
     assert len(calls) == 1, "a window was decoded twice"
     times = [w.start for w in result.words or [] if w.start is not None]
     assert times == sorted(times) and all(0 <= t <= 70 for t in times)
-    if int(transformers.__version__.split(".")[0]) >= 5:
+    if _transformers_major() >= 5:
         assert transcriber.model._retrieve_segment.__name__ == "retrieve_segment"
