@@ -8,8 +8,9 @@
 # mount a volume on /data to keep them between runs. For an Inference Endpoints "custom container",
 # use port 80 and health route /health.
 
-# CUDA 12.8 + cuDNN 9 runtime, Python and a CUDA build of torch (+ torchaudio). requirements.txt
-# leaves torch to the image, as the Inference Endpoints image does; pyannote.audio 4 needs torch >= 2.8.
+# CUDA 12.8 + cuDNN 9 runtime, Python and a CUDA build of torch (+ torchaudio). The requirements leave
+# torch to the image; pyannote.audio 4 needs torch >= 2.8, so this image takes
+# requirements-pyannote4.txt (requirements.txt is the default Inference Endpoints image's: torch 2.5).
 ARG BASE_IMAGE=pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
@@ -29,10 +30,10 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY requirements.txt ./
+COPY requirements-pyannote4.txt ./
 # pinning the image's own torch keeps pip from swapping it for another build
 RUN TORCH_VERSION="$(python -c 'import torch; print(torch.__version__.split("+")[0])')" \
- && python -m pip install -r requirements.txt "torch==${TORCH_VERSION}"
+ && python -m pip install -r requirements-pyannote4.txt "torch==${TORCH_VERSION}"
 
 COPY . .
 # fail the build, not the deployment, when an import is broken

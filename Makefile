@@ -11,14 +11,26 @@ COMPAT := .compat-t451
 COMPAT_PINS := transformers==4.51.3 'tokenizers>=0.21,<0.22' 'huggingface_hub>=0.30,<1.0'
 HOST ?= 127.0.0.1
 PORT ?= 8080
+# the default Inference Endpoints image, emulated (tests/endpoints_image): its pins from the
+# toolkit's setup.py in ../shared, then its entrypoint's `pip install -r requirements.txt`; copies of
+# it with the other transformers releases requirements.txt allows
+TOOLKIT := ../shared/hf-inference-toolkit
+IMAGE_VENV := .venv-endpoints
+# (transformers 5 cannot run there: it needs torch >= 2.6, and the toolkit itself imports
+# transformers.file_utils.is_tf_available, which 5.x removed)
+IMAGE_TRANSFORMERS := 4.57.6
+IMAGE_TESTS := tests/test_handler.py tests/test_compat.py tests/test_speedups.py tests/test_chunk_windows.py \
+	tests/test_lean_decoder.py tests/test_diarization_speedups.py tests/endpoints_image
+REAL_MODELS_DIR ?= $(HOME)/.cache/real-models
+export REAL_MODELS_DIR
 
-.PHONY: install serve test test-fast test-compat test-real eval bench clean
+.PHONY: install serve test test-endpoints real-models test-real eval bench clean
 
-$(VENV)/.installed: requirements.txt requirements-test.txt
+$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -r requirements.txt -r requirements-test.txt
+	$(PY) -m pip install -q -r requirements-pyannote4.txt -r requirements-test.txt
 	@command -v ffmpeg >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null) \
 		|| echo "warning: could not install ffmpeg (m4a/webm/amr input needs it)"; \
@@ -30,16 +42,45 @@ $(COMPAT)/.installed: $(VENV)/.installed
 	$(PY) -m pip install -q --no-deps --target $(COMPAT) $(COMPAT_PINS)
 	touch $@
 
+$(IMAGE_VENV)/.installed: requirements.txt requirements-test.txt tests/endpoints_image/image_venv.py
+	rm -rf $(IMAGE_VENV) $(addprefix $(IMAGE_VENV)-t,$(IMAGE_TRANSFORMERS))
+	$(PYTHON) tests/endpoints_image/image_venv.py base $(IMAGE_VENV)
+	$(PYTHON) tests/endpoints_image/image_venv.py entrypoint $(IMAGE_VENV)
+	$(IMAGE_VENV)/bin/python -m pip install -q -r requirements-test.txt
+	for v in $(IMAGE_TRANSFORMERS); do cp -a $(IMAGE_VENV) $(IMAGE_VENV)-t$$v \
+		&& $(IMAGE_VENV)-t$$v/bin/python -m pip install -q "transformers==$$v" || exit 1; done
+	touch $@
+
 install: $(VENV)/.installed
 
 # the endpoint on HOST:PORT with the models named by ASR_MODEL / ASSISTANT_MODEL / DIARIZATION_MODEL
 serve: $(VENV)/.installed
 	$(PY) -m cli serve --host $(HOST) --port $(PORT)
 
-# the whole offline suite, then the handler again under transformers 4.51
+# the whole offline suite, the handler again under transformers 4.51, then the default Endpoints
+# image emulated (where ../shared has the toolkit)
 test: $(VENV)/.installed $(COMPAT)/.installed
 	$(PY) -m pytest -q
 	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q tests/test_handler.py tests/test_compat.py tests/test_speedups.py tests/test_int8.py tests/test_lean_decoder.py tests/test_chunk_windows.py
+	$(MAKE) --no-print-directory test-endpoints
+
+# the REAL toolkit webservice (../shared/hf-inference-toolkit) serving handler.py in the image's
+# environment: transformers 4.51.3 (the image's), then each of IMAGE_TRANSFORMERS
+ifneq ($(wildcard $(TOOLKIT)/setup.py),)
+test-endpoints: $(IMAGE_VENV)/.installed real-models
+	TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=4.51.3 $(IMAGE_VENV)/bin/python -m pytest -q $(IMAGE_TESTS)
+	for v in $(IMAGE_TRANSFORMERS); do TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=$$v \
+		$(IMAGE_VENV)-t$$v/bin/python -m pytest -q $(IMAGE_TESTS) || exit 1; done
+else
+test-endpoints:
+	@echo "test-endpoints SKIPPED: $(TOOLKIT) is absent (the Inference Endpoints toolkit's source, for the image emulation)"
+endif
+
+# real whisper tiny.en/base and the CAM++ 3.1 pipeline, for the tests marked real and the image
+# emulation's two-speaker check (../shared/real-models/build.sh; skipped where ../shared lacks it)
+real-models: $(VENV)/.installed
+	@if [ -x ../shared/real-models/build.sh ]; then PYTHON=$(PY) ../shared/real-models/build.sh $(REAL_MODELS_DIR); \
+	else echo "real-models SKIPPED: ../shared/real-models/build.sh is absent"; fi
 
 test-real: $(VENV)/.installed
 	$(PY) -m pytest -q -m real
@@ -48,4 +89,4 @@ eval: $(VENV)/.installed
 	$(PY) eval/evaluate.py
 
 clean:
-	rm -rf $(VENV) $(COMPAT) .pytest_cache
+	rm -rf $(VENV) $(COMPAT) $(IMAGE_VENV) $(addprefix $(IMAGE_VENV)-t,$(IMAGE_TRANSFORMERS)) .pytest_cache

@@ -72,6 +72,68 @@ def clean_turns(turns: Iterable[Turn], duration: Optional[float] = None) -> list
     return out
 
 
+def _merge_own(turns: list[Turn]) -> list[Turn]:
+    """Each speaker's overlapping or touching turns merged into one."""
+    merged: dict[str, list[Turn]] = {}
+    for t in turns:
+        own = merged.setdefault(t.speaker, [])
+        if own and t.start <= own[-1].end:
+            own[-1] = Turn(own[-1].start, max(own[-1].end, t.end), t.speaker)
+        else:
+            own.append(t)
+    return sorted((t for own in merged.values() for t in own), key=lambda t: (t.start, t.end))
+
+
+def exclusive_turns(turns: Iterable[Turn]) -> list[Turn]:
+    """One speaker at a time, from turns that may overlap: what pyannote.audio 4 returns as its
+    exclusive diarization, derived here for pyannote.audio 3.x, which only returns the turns.
+
+    Where turns overlap, a turn lying inside every other turn active there (an interjection or a
+    backchannel inside a longer turn) keeps its time and the longer turn keeps the rest; otherwise
+    (one speaker takes over from another) the shared stretch is split at its midpoint, the first
+    half to the speaker who was talking first. Every speaker keeps every moment nobody else speaks
+    in; the result is sorted, with no overlaps and adjacent pieces of one speaker merged.
+    """
+    clean = _merge_own(clean_turns(turns))
+    if not clean:
+        return []
+    bounds = sorted({x for t in clean for x in (t.start, t.end)})
+    pieces: list[Turn] = []
+
+    def add(start: float, end: float, speaker: str) -> None:
+        if end <= start:
+            return
+        if pieces and pieces[-1].speaker == speaker and pieces[-1].end >= start:
+            pieces[-1] = Turn(pieces[-1].start, end, speaker)
+        else:
+            pieces.append(Turn(start, end, speaker))
+
+    active: list[Turn] = []
+    following = 0  # clean[following:] start later than the current stretch
+    for a, b in zip(bounds, bounds[1:]):
+        while following < len(clean) and clean[following].start <= a:
+            active.append(clean[following])
+            following += 1
+        active = [t for t in active if t.end >= b]
+        if not active:
+            continue
+        if len(active) == 1:
+            add(a, b, active[0].speaker)
+            continue
+        inside = [t for t in active
+                  if all(o is t or (o.start <= t.start and t.end <= o.end) for o in active)]
+        if inside:
+            add(a, b, min(inside, key=lambda t: (t.end - t.start, t.start)).speaker)
+            continue
+        # a hand-over: split the stretch all active turns share at its midpoint
+        middle = (max(t.start for t in active) + min(t.end for t in active)) / 2
+        first = min(active, key=lambda t: (t.start, t.end))
+        last = max(active, key=lambda t: (t.end, t.start))
+        add(a, min(b, max(a, middle)), first.speaker)
+        add(max(a, min(b, middle)), b, last.speaker)
+    return pieces
+
+
 class SpeakerIndex:
     """Interval index over speaker turns: overlap and nearest-turn queries in O(log T + k)."""
 

@@ -1,8 +1,8 @@
-"""One decoding pass per window in chunked long-form decoding, under transformers 5 as under 4.5x.
+"""One decoding pass per window in chunked long-form decoding, under transformers 5 and 4.57 as under 4.51.
 
 Chunked decoding (``long_form="chunked"``) cuts long audio into overlapping 30 s windows, decodes
-them in batches and merges the windows' texts on their overlaps. transformers 4.5x (the version
-the Inference Endpoints image pins) decodes each window once. transformers 5 runs every window
+them in batches and merges the windows' texts on their overlaps. transformers 4.51 (the version
+the Inference Endpoints image pins) decodes each window once. transformers 4.57 and 5 run every window
 through Whisper's sequential algorithm instead: when a window's text ends inside a segment (no
 closing timestamp, the usual case for a window cut mid-speech), it throws that segment away and
 decodes the window *again* from the segment's start, a second encoder pass and decoding run for
@@ -13,7 +13,7 @@ and 3.42 -> 2.87 s (base); word error rates in bench/README.md.
 
 :func:`install` wraps one model's segment splitter so that, inside :func:`one_pass_per_window`,
 an unfinished window keeps its tail as a last segment (the tokens the single pass wrote, with
-their word times) and counts as done, which is transformers 4.5x's output for the window. Outside
+their word times) and counts as done, which is transformers 4.51's output for the window. Outside
 that context (audio that fits one window, sequential long-form) nothing changes.
 """
 
@@ -69,12 +69,14 @@ def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
 
 def install(model) -> bool:
     """Wrap ``model._retrieve_segment`` (transformers' splitter of a window's tokens into
-    segments), under transformers 5. Returns whether it applied: the splitter must take the
-    keywords this reads."""
-    from whisper_asr import _transformers_major
+    segments). Returns whether it applied: from transformers 4.52 on (4.57 and 5.x were measured
+    to decode an unfinished window twice; 4.51 decodes it once and keeps its stock splitter), where
+    the splitter takes the keywords this reads."""
+    import transformers
+    from packaging.version import Version
 
-    if _transformers_major() < 5:
-        return False  # 4.5x decodes each chunked window once already
+    if Version(transformers.__version__) < Version("4.52"):
+        return False
     stock = getattr(model, "_retrieve_segment", None)
     if stock is None:
         return False

@@ -2,7 +2,8 @@
 
 * :func:`preprocess_inputs` -- the request's ``inputs`` (base64 string, data URI or raw bytes) ->
   16 kHz mono float32, decoded once and shared by ASR and diarization.
-* :func:`load_diarization_pipeline` / :func:`diarize` -- pyannote.audio (4.x; 3.3 also works).
+* :func:`load_diarization_pipeline` / :func:`diarize` -- pyannote.audio 4.x, and 3.3.x (what the
+  default Inference Endpoints image's torch 2.5 takes).
 * :func:`build_response` -- ASR chunks + speaker turns -> the response object, through the pure
   :mod:`alignment` core.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import inspect
+import json
 import logging
 import os
 import re
@@ -24,8 +26,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from alignment import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, merge_by_speaker,
-                       resolve_times, split_segments, tidy_word_times)
+from alignment import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, exclusive_turns,
+                       merge_by_speaker, resolve_times, split_segments, tidy_word_times)
 from audio_decode import SAMPLE_RATE, decode_audio
 
 logger = logging.getLogger(__name__)
@@ -85,6 +87,33 @@ def input_bytes(inputs: Any) -> bytes:
                      f"{type(inputs).__name__}")
 
 
+def unwrap_json_body(data: dict) -> dict:
+    """The request as sent, where a server handed a JSON body over as raw bytes.
+
+    The Inference Endpoints toolkit passes any body whose Content-Type is ``audio/*`` on as
+    ``{"inputs": <bytes>}``; huggingface_hub's ``InferenceClient`` sends its JSON body
+    (``{"inputs": <base64>, "parameters": {...}}``, when given ``extra_body``) without a
+    Content-Type of its own, so with ``headers={"Content-Type": "audio/..."}`` set for its raw
+    uploads, that JSON arrives here as bytes. No audio format starts with ``{``: such bytes that
+    parse as a JSON object with ``inputs`` are read as that request (query-string parameters, if
+    any, win over the body's)."""
+    inputs = data.get("inputs")
+    if not isinstance(inputs, (bytes, bytearray)) or inputs[:1] != b"{":
+        return data
+    try:
+        body = json.loads(bytes(inputs))
+    except ValueError:
+        return data
+    if not isinstance(body, dict) or "inputs" not in body:
+        return data
+    parameters = body.get("parameters")
+    if isinstance(parameters, dict) and isinstance(data.get("parameters"), dict):
+        parameters = {**parameters, **data["parameters"]}
+    elif data.get("parameters") is not None:
+        parameters = data["parameters"]
+    return {"inputs": body["inputs"], "parameters": parameters}
+
+
 def preprocess_inputs(inputs: Any, max_duration_s: Optional[float] = None) -> np.ndarray:
     """``data["inputs"]`` -> 16 kHz mono float32 audio."""
     return decode_audio(input_bytes(inputs), max_duration_s=max_duration_s)
@@ -118,6 +147,47 @@ def _local_pipeline_path(model: str) -> Optional[Path]:
     return None
 
 
+def pyannote_major() -> int:
+    """The installed pyannote.audio's major version (3 on the default Endpoints image's torch 2.5,
+    4 where torch >= 2.8)."""
+    from pyannote.audio import __version__
+
+    return int(str(__version__).split(".")[0])
+
+
+def pyannote3_config(path: Path) -> str:
+    """The pipeline file pyannote.audio 3.x loads for a local ``path``.
+
+    3.x takes only a yaml file (a folder would be read as a hub id), resolves no ``$model/`` in it
+    and knows no ``plda`` parameter (4.x's 3.1-recipe folders name one; the 3.1 recipe's clustering
+    never reads it). A folder's ``config-pyannote3.yaml`` is used as it is; else its
+    ``config.yaml`` (or the yaml file given), rewritten to a temporary file where it uses either
+    4.x feature."""
+    if path.is_dir():
+        own = path / "config-pyannote3.yaml"
+        if own.is_file():
+            return str(own)
+        path = path / "config.yaml"
+    import tempfile
+
+    import yaml
+
+    config_file = path
+    text = config_file.read_text()
+    config = yaml.safe_load(text.replace("$model/", f"{path.parent.resolve()}/"))
+    params = (config.get("pipeline") or {}).get("params") or {}
+    if "$model/" not in text and "plda" not in params:
+        return str(config_file)
+    params.pop("plda", None)
+    for name in ("segmentation", "embedding"):  # 4.x names a model's folder, 3.x its checkpoint
+        if isinstance(params.get(name), str) and (Path(params[name]) / "pytorch_model.bin").is_file():
+            params[name] = str(Path(params[name]) / "pytorch_model.bin")
+    config.pop("dependencies", None)
+    folder = Path(tempfile.mkdtemp(prefix="pyannote3-pipeline-"))
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return str(folder / "config.yaml")
+
+
 def _gated_message(model: str, reason: str = "") -> str:
     repos = GATED_REPOS.get(model, [model])
     accept = ", ".join(f"https://hf.co/{r}" for r in repos)
@@ -137,6 +207,8 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
 
     local = _local_pipeline_path(model)
     source = str(local) if local else model
+    if local is not None and pyannote_major() < 4:
+        source = pyannote3_config(local)
     params = inspect.signature(Pipeline.from_pretrained).parameters
     auth = {"token": token} if "token" in params else {"use_auth_token": token}
     try:
@@ -188,7 +260,9 @@ def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
         exclusive = getattr(output, "exclusive_speaker_diarization", None)
         return Diarization(_annotation_turns(output.speaker_diarization),
                            _annotation_turns(exclusive) if exclusive is not None else None)
-    return Diarization(_annotation_turns(output))  # 3.x: an Annotation
+    # pyannote.audio 3.x: an Annotation, without an exclusive diarization: derived from its turns
+    turns = _annotation_turns(output)
+    return Diarization(turns, exclusive_turns(turns))
 
 
 # --------------------------------------------------------------------------- response

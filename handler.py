@@ -18,7 +18,8 @@ from audio_decode import SAMPLE_RATE
 from config import InferenceConfig, ModelSettings
 from formats import render
 from diarization_utils import (build_response, configure_pyannote_telemetry, diarize,
-                               load_diarization_pipeline, preprocess_inputs, rename_speakers)
+                               load_diarization_pipeline, preprocess_inputs, rename_speakers,
+                               unwrap_json_body)
 
 logger = logging.getLogger("handler")
 
@@ -55,6 +56,7 @@ class EndpointHandler:
         if not isinstance(data, dict):
             raise ValueError("the request must be a JSON object with 'inputs' (base64 audio) and "
                              "optional 'parameters'")
+        data = unwrap_json_body(data)
         config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
         audio = preprocess_inputs(data.get("inputs"), max_duration_s=self.settings.max_audio_seconds)
         duration = len(audio) / SAMPLE_RATE

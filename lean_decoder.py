@@ -27,7 +27,12 @@ logger = logging.getLogger(__name__)
 
 
 def _supported() -> bool:
-    """transformers 5's cache API (cache layers); 4.5x keeps the stock decoder."""
+    """transformers 5 (its decoder step is what lean_forward mirrors); 4.x keeps the stock decoder.
+    4.56-4.57 already have cache layers, but their step differs and the probe would refuse it."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return False
     try:
         from transformers.cache_utils import DynamicCache
     except ImportError:

@@ -135,7 +135,7 @@ def resolve_device(settings: ModelSettings):
         if not kernel_available():
             raise RuntimeError(
                 f"QUANTIZATION={settings.quantization} needs torch._weight_int8pack_mm, which "
-                f"torch {torch.__version__} lacks: install the torch in requirements.txt, or "
+                f"torch {torch.__version__} lacks: install the torch in the Makefile's TORCH_PINS, or "
                 "unset QUANTIZATION")
         dtype = torch.bfloat16
     elif settings.torch_dtype:

@@ -8,8 +8,10 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
   cross-attention weights). Every submodule shares that one config object, so the *encoder* also
   runs eager attention from then on, for every later request, and keeps each layer's
   1500x1500 attention maps. Giving the encoder its own copy of the config keeps it on SDPA; the
-  decoder still switches. (transformers 4.5x picks attention classes at build time, where this is
-  a no-op.)
+  decoder still switches. The encoder is also told never to return attention weights (nothing
+  reads them): on SDPA it has none, and transformers 4.57 then failed on the tuple of ``None`` it
+  got back ("'NoneType' object is not subscriptable"). (transformers 4.51 picks attention classes
+  at build time, where this is a no-op.)
 * ``cache_suppress_masks``: ``SuppressTokensLogitsProcessor`` and
   ``SuppressTokensAtBeginLogitsProcessor`` rebuild a vocabulary-sized mask with ``torch.isin`` at
   every decoding step; the processors Whisper builds for this model are switched to subclasses
@@ -43,6 +45,7 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 import threading
@@ -68,6 +71,14 @@ def keep_encoder_on_sdpa(model) -> bool:
     for module in encoder.modules():
         if getattr(module, "config", None) is config:
             module.config = own
+    forward = encoder.forward
+
+    @functools.wraps(forward)
+    def forward_without_attentions(*args, **kwargs):
+        kwargs["output_attentions"] = False
+        return forward(*args, **kwargs)
+
+    encoder.forward = forward_without_attentions
     return True
 
 

@@ -256,3 +256,57 @@ def test_overlapped_speech_keeps_the_speaker_already_talking():
     assert [w.speaker for w in attribute_words(words, t)] == [A, A, A, B]
     # a clear majority still wins over continuity
     assert [w.speaker for w in attribute_words([Piece(" so", 4.5, 4.9), Piece(" yes", 5.7, 6.6)], t)] == [A, B]
+
+
+# ------------------------------------------------------------- exclusive turns (pyannote.audio 3.x)
+
+
+def _exclusive(*turns):
+    from alignment import exclusive_turns
+
+    return [(t.start, t.end, t.speaker) for t in exclusive_turns([Turn(*t) for t in turns])]
+
+
+def test_exclusive_turns_split_a_hand_over_at_the_middle_of_the_overlap():
+    assert _exclusive((0, 5, "A"), (4, 10, "B")) == [(0, 4.5, "A"), (4.5, 10, "B")]
+    # input order does not matter
+    assert _exclusive((4, 10, "B"), (0, 5, "A")) == [(0, 4.5, "A"), (4.5, 10, "B")]
+
+
+def test_exclusive_turns_keep_an_interjection_inside_a_longer_turn():
+    assert _exclusive((0, 10, "A"), (4.8, 5.2, "B")) == [(0, 4.8, "A"), (4.8, 5.2, "B"), (5.2, 10, "A")]
+
+
+def test_exclusive_turns_merge_a_speakers_own_overlaps_and_keep_gaps():
+    assert _exclusive((0, 2, "A"), (1, 3, "A"), (5, 6, "B"), (6, 7, "B")) == [(0, 3, "A"), (5, 7, "B")]
+    assert _exclusive() == [] and _exclusive((1, 1, "A")) == []
+
+
+def test_exclusive_turns_have_one_speaker_at_a_time_and_cover_all_speech():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        turns = []
+        for _ in range(rng.randrange(1, 12)):
+            start = rng.uniform(0, 30)
+            turns.append((start, start + rng.uniform(0.05, 8), rng.choice("ABCD")))
+        out = _exclusive(*turns)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(out, out[1:])), out
+        assert all(s < e for s, e, _ in out)
+        # speech time is neither lost nor invented
+        covered = sorted((s, e) for s, e, _ in turns)
+        union, (cs, ce) = 0.0, covered[0]
+        for s, e in covered[1:]:
+            if s > ce:
+                union, cs, ce = union + ce - cs, s, e
+            else:
+                ce = max(ce, e)
+        union += ce - cs
+        assert sum(e - s for s, e, _ in out) == pytest.approx(union)
+        # a moment only one speaker talks in stays that speaker's
+        for s, e, speaker in turns:
+            t = (s + e) / 2
+            others = [o for o in turns if o[2] != speaker and o[0] <= t <= o[1]]
+            if not others:
+                assert any(a <= t <= b and who == speaker for a, b, who in out)

@@ -244,6 +244,10 @@ def test_handler_from_environment_without_diarization(tiny_models, speech_like_w
 
 def test_pyannote_telemetry_is_off(handler):
     assert os.environ["PYANNOTE_METRICS_ENABLED"] == "false"
+    from diarization_utils import pyannote_major
+
+    if pyannote_major() < 4:
+        pytest.skip("pyannote.audio 3.x has no telemetry")
     from pyannote.audio.telemetry.metrics import is_metrics_enabled
 
     assert not is_metrics_enabled()
@@ -329,3 +333,60 @@ def test_audio_longer_than_the_limit_is_rejected(tiny_models, speech_like_wav):
                                                assistant_model=None))
     with pytest.raises(ValueError, match="limit is 5 s"):
         h({"inputs": b64(speech_like_wav)})
+
+
+def test_json_body_handed_over_as_audio_bytes_is_read_as_json(handler, speech_like_wav):
+    """InferenceClient with a Content-Type header for its raw uploads sends its base64 JSON (when
+    given extra_body) under that same audio type: the Endpoints toolkit hands it over as bytes."""
+    body = json.dumps({"inputs": b64(speech_like_wav),
+                       "parameters": {"return_word_timestamps": True}}).encode()
+    out = handler({"inputs": body})
+    assert_schema(out)
+    assert all("words" in c for c in out["chunks"])
+    assert out == handler({"inputs": b64(speech_like_wav), "parameters": {"return_word_timestamps": True}})
+
+
+def test_unwrap_json_body_only_touches_json_requests_in_bytes():
+    from diarization_utils import unwrap_json_body
+
+    wav = {"inputs": b"RIFF....WAVEfmt ", "parameters": {"a": 1}}
+    assert unwrap_json_body(wav) is wav
+    assert unwrap_json_body({"inputs": b"{not json"}) == {"inputs": b"{not json"}
+    no_inputs = {"inputs": b'{"audio": "x"}'}
+    assert unwrap_json_body(no_inputs) is no_inputs
+    text = {"inputs": '{"inputs": "x"}'}  # a string is base64 (or a data URI), never JSON
+    assert unwrap_json_body(text) is text
+    body = json.dumps({"inputs": "QUJD", "parameters": {"language": "en", "num_speakers": 2}}).encode()
+    # query-string parameters win over the body's
+    assert unwrap_json_body({"inputs": body, "parameters": {"num_speakers": 3}}) == {
+        "inputs": "QUJD", "parameters": {"language": "en", "num_speakers": 3}}
+    assert unwrap_json_body({"inputs": body}) == {
+        "inputs": "QUJD", "parameters": {"language": "en", "num_speakers": 2}}
+
+
+def test_pyannote3_config_resolves_what_3x_cannot_read(tmp_path):
+    """pyannote.audio 3.x reads a yaml file with checkpoint paths: no folder, no $model/, no plda."""
+    import yaml
+
+    from diarization_utils import pyannote3_config
+
+    folder = tmp_path / "pipeline"
+    (folder / "segmentation").mkdir(parents=True)
+    (folder / "segmentation" / "pytorch_model.bin").write_bytes(b"x")
+    config = {"pipeline": {"name": "pyannote.audio.pipelines.SpeakerDiarization", "params": {
+        "segmentation": "$model/segmentation", "embedding": "pyannote/wespeaker-voxceleb-resnet34-LM",
+        "plda": "$model/plda", "clustering": "AgglomerativeClustering"}},
+        "params": {"clustering": {"threshold": 0.7}}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    for given in (folder, folder / "config.yaml"):
+        resolved = yaml.safe_load(open(pyannote3_config(given)).read())
+        params = resolved["pipeline"]["params"]
+        assert params["segmentation"] == str((folder / "segmentation" / "pytorch_model.bin").resolve())
+        assert params["embedding"] == "pyannote/wespeaker-voxceleb-resnet34-LM"  # a hub id stays
+        assert "plda" not in params and resolved["params"] == config["params"]
+    # a file 3.x can read as it is, and a folder's own 3.x variant, are used unchanged
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump({"pipeline": {"name": "x", "params": {"segmentation": "a/b.bin"}}}))
+    assert pyannote3_config(plain) == str(plain)
+    (folder / "config-pyannote3.yaml").write_text("pipeline: {}\n")
+    assert pyannote3_config(folder) == str(folder / "config-pyannote3.yaml")

@@ -3,7 +3,9 @@
 Nothing here downloads anything: the Whisper tokenizer is built in code (a byte-level vocabulary plus
 Whisper's special, language and timestamp tokens), the Whisper models are randomly initialised, and
 the pyannote pipeline folder holds randomly initialised PyanNet / WeSpeakerResNet34 checkpoints, a
-local PLDA and a ``config.yaml`` -- the same layout as ``pyannote/speaker-diarization-3.1``.
+local PLDA and a ``config.yaml`` -- the same layout as ``pyannote/speaker-diarization-3.1`` -- plus
+``config-pyannote3.yaml``, the same pipeline for pyannote.audio 3.x. Built with whichever
+pyannote.audio is installed (3.3 or 4.x), in its own checkpoint format.
 
 Usable as a script too: ``python tests/tiny_models.py OUT_DIR`` writes ``OUT_DIR/{whisper,
 whisper.en,assistant,pyannote}``.
@@ -182,6 +184,9 @@ def _save_pyannote_checkpoint(model, path: Path) -> None:
     checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
                   "pytorch-lightning_version": lightning.__version__}
     model.on_save_checkpoint(checkpoint)
+    # pyannote.audio 3.x reads the torch version from the checkpoint; 4.x does not write it
+    checkpoint["pyannote.audio"].setdefault("versions", {}).setdefault(
+        "torch", torch.__version__.split("+")[0])
     torch.save(checkpoint, path)
 
 
@@ -242,6 +247,12 @@ def build_pyannote_pipeline(out: Path, *, seed: int = 0) -> Path:
         },
     }
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    # the same pipeline as pyannote.audio 3.x reads it: absolute paths, no plda
+    params = config["pipeline"]["params"]
+    params.pop("plda")
+    for name in ("segmentation", "embedding"):
+        params[name] = str((out / name / "pytorch_model.bin").resolve())
+    (out / "config-pyannote3.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return out
 
 
