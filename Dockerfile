@@ -37,11 +37,11 @@ RUN TORCH_VERSION="$(python -c 'import torch; print(torch.__version__.split("+")
 
 COPY . .
 # fail the build, not the deployment, when an import is broken
-RUN python -c "import server, cli, handler, config, diarization_utils, audio_decode" \
+RUN python -c "import handler, config, diarization_utils, speaker_asr.cli, speaker_asr.serving.app" \
  && mkdir -p /data
 
 EXPOSE 80
 HEALTHCHECK --interval=30s --timeout=5s --start-period=900s --retries=3 \
   CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '80'), timeout=4)" || exit 1
 
-CMD ["python", "-m", "cli", "serve"]
+CMD ["python", "-m", "speaker_asr", "serve"]

@@ -26,11 +26,12 @@ export REAL_MODELS_DIR
 
 .PHONY: install serve test test-endpoints real-models test-real eval bench clean
 
-$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt
+$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q -r requirements-pyannote4.txt -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@command -v ffmpeg >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null) \
 		|| echo "warning: could not install ffmpeg (m4a/webm/amr input needs it)"; \
@@ -55,7 +56,7 @@ install: $(VENV)/.installed
 
 # the endpoint on HOST:PORT with the models named by ASR_MODEL / ASSISTANT_MODEL / DIARIZATION_MODEL
 serve: $(VENV)/.installed
-	$(PY) -m cli serve --host $(HOST) --port $(PORT)
+	$(PY) -m speaker_asr serve --host $(HOST) --port $(PORT)
 
 # the whole offline suite, the handler again under transformers 4.51, then the default Endpoints
 # image emulated (where ../shared has the toolkit)

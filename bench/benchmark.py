@@ -25,7 +25,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (BENCH, INPUTS, LONG_INPUTS, MODELS, PIPELINE, RESULTS, SR, Timers,  # noqa: E402
                     fmt, get_input, lifetime_peak_rss_mb, loadavg, machine, peak_rss_mb,
                     reset_peak_rss, rss_mb, setup_env, wav_bytes, wer)
@@ -68,7 +67,7 @@ def _handler_params(model: str, mode: str) -> dict:
 def auto_supported() -> tuple[bool, str]:
     """Does the handler's config accept ``assisted: "auto"``? (checked, not assumed)"""
     setup_env()
-    from config import InferenceConfig, ModelCapabilities
+    from speaker_asr.config import InferenceConfig, ModelCapabilities
 
     caps = ModelCapabilities(has_assistant=True)
     try:
@@ -83,9 +82,9 @@ def worker_handler(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    from config import ModelSettings
-    import handler as handler_mod
-    from handler import EndpointHandler
+    from speaker_asr.config import ModelSettings
+    from speaker_asr import endpoint as handler_mod
+    from speaker_asr.endpoint import EndpointHandler
 
     m = MODELS[spec["model"]]
     assisted = spec["mode"] in ("assisted", "auto")
@@ -99,7 +98,7 @@ def worker_handler(spec: dict) -> dict:
 
     path, reference = get_input(spec["input"])
     data = path.read_bytes()
-    from audio_decode import decode_audio
+    from speaker_asr.audio.decode import decode_audio
 
     audio = decode_audio(data)
     duration = len(audio) / SR
@@ -138,7 +137,7 @@ def worker_handler(spec: dict) -> dict:
         # assisted="auto" learns which mode is faster from the requests it serves (assist_policy.py):
         # measure the steady state of a deployment that has served this kind of request, not its
         # first requests (ASR only: the diarization does not depend on the mode)
-        from config import InferenceConfig
+        from speaker_asr.config import InferenceConfig
 
         cfg = InferenceConfig.from_request(params, h.capabilities)
         if cfg.assist_eligible(duration, True):

@@ -47,9 +47,8 @@ def setup_env() -> None:
     os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for p in (str(PIPELINE), str(ROOT)):
-        if p not in sys.path:
-            sys.path.insert(0, p)
+    if str(PIPELINE) not in sys.path:  # the kit's pipeline names its campp_embedding module
+        sys.path.insert(0, str(PIPELINE))
     import warnings
 
     warnings.filterwarnings("ignore")

@@ -35,7 +35,7 @@ def wespeaker_pipeline(out: Path, recipe: Path) -> Path:
     """3.1 layout: real segmentation-3.0, random WeSpeaker ResNet34, and the hyper-parameters of
     ``recipe`` (the kit's 3.1 pipeline folder)."""
     import yaml
-    from tiny_models import build_pyannote_pipeline
+    from speaker_asr.testing.tiny_models import build_pyannote_pipeline
 
     shutil.rmtree(out, ignore_errors=True)
     build_pyannote_pipeline(out)  # random PyanNet + random full-size WeSpeakerResNet34 + PLDA
@@ -58,8 +58,8 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from audio_decode import decode_audio
-    from diarization_utils import diarize, load_diarization_pipeline
+    from speaker_asr.audio.decode import decode_audio
+    from speaker_asr.diarization.pipeline import diarize, load_diarization_pipeline
 
     folders = {"campp": REAL / "pyannote-campp-3.1"}
     if not (REAL / "segmentation-3.0").exists() or not folders["campp"].exists():

@@ -22,7 +22,7 @@ Sections (each skipped when the time budget is spent; JSON is rewritten after ea
               accepted: the lower bound), plus the per-call costs and a projection of ms/token at
               acceptance rates 0.6-0.9 for 1-6 draft tokens.
 * pyannote -- the speaker-diarization-3.1 pipeline layout with random PyanNet + WeSpeaker
-              ResNet34 (tests/tiny_models.py) on synthetic audio: real-time factor for embedding /
+              ResNet34 (speaker_asr/testing/tiny_models.py) on synthetic audio: real-time factor for embedding /
               segmentation batch sizes.
 
 Results: $OUT/gpu_benchmark.json and .md when $OUT is set (the device runner), else bench/results/.
@@ -148,7 +148,7 @@ def encoder_keeps_sdpa(model) -> None:
     so generate()'s switch to eager attention for word timestamps leaves it on sdpa."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from whisper_speedups import keep_encoder_on_sdpa
+    from speaker_asr.patches.whisper import keep_encoder_on_sdpa
 
     assert keep_encoder_on_sdpa(model), "the model must be on sdpa attention first"
 
@@ -440,7 +440,7 @@ def sec_pyannote(args, device, budget) -> dict:
 
     sys.path.insert(0, str(ROOT / "tests"))
     os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
-    from tiny_models import build_pyannote_pipeline
+    from speaker_asr.testing.tiny_models import build_pyannote_pipeline
     from pyannote.audio import Pipeline
 
     folder = Path(tempfile.mkdtemp(prefix="bench-pyannote-"))
@@ -466,7 +466,7 @@ def sec_pyannote(args, device, budget) -> dict:
         out[f"emb{emb}_seg{seg}"] = r
         log(f"pyannote emb {emb} seg {seg}: {t:.2f} s for {seconds:.0f} s (RTF {t / seconds:.4f})")
     # the endpoint's fix (diarization_speedups.py): no embedding for silent speaker slots
-    from diarization_speedups import skip_silent_embeddings
+    from speaker_asr.patches.diarization import skip_silent_embeddings
 
     if budget.left() >= 20 and skip_silent_embeddings(pipe):
         pipe.embedding_batch_size, pipe.segmentation_batch_size = 32, 32

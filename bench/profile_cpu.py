@@ -54,8 +54,8 @@ def load(model: str, threads: int):
     import torch
 
     torch.set_num_threads(threads)
-    from config import ModelSettings
-    from handler import EndpointHandler
+    from speaker_asr.config import ModelSettings
+    from speaker_asr.endpoint import EndpointHandler
 
     # the stock transformers code paths: each fix is measured as a variant against them
     return EndpointHandler(settings=ModelSettings(asr_model=str(MODELS[model]["hf"]),
@@ -64,7 +64,7 @@ def load(model: str, threads: int):
 
 
 def asr_config(model: str, **extra):
-    from config import InferenceConfig, ModelCapabilities
+    from speaker_asr.config import InferenceConfig, ModelCapabilities
 
     params = {"language": "en"} if MODELS[model]["multilingual"] else {}
     params.update(extra)
@@ -81,7 +81,7 @@ def encoder_keeps_sdpa(model) -> None:
     """The endpoint's fix (whisper_speedups.keep_encoder_on_sdpa), applied to a copy of the stock
     model: generate() sets the *shared* config to eager attention for word timestamps, so the
     encoder would run eager too; with its own config it stays on sdpa."""
-    from whisper_speedups import keep_encoder_on_sdpa
+    from speaker_asr.patches.whisper import keep_encoder_on_sdpa
 
     assert keep_encoder_on_sdpa(model), "the model must be on sdpa attention first"
 
@@ -193,7 +193,7 @@ def instrument_diar(timers: Timers, pipeline) -> None:
 
 def section_breakdown(h, model, audio, ref, args) -> dict:
     import torch
-    from diarization_utils import diarize
+    from speaker_asr.diarization.pipeline import diarize
 
     cfg = asr_config(model)
     out = {"threads": args.breakdown_threads}
@@ -284,7 +284,7 @@ def _timeit(fn):
 def section_asr(h, model, audio, ref, args) -> dict:
     import torch
 
-    from whisper_asr import WhisperTranscriber
+    from speaker_asr.asr.transcriber import WhisperTranscriber
 
     asr = h.asr
     cfg = asr_config(model)
@@ -327,7 +327,7 @@ def section_asr(h, model, audio, ref, args) -> dict:
         encoder_keeps_sdpa(q2)
         variants["int8 + encoder sdpa + masks cached"] = run_with(q2, masks=True)
     if "bf16" in args.asr_variants:
-        from config import ModelSettings
+        from speaker_asr.config import ModelSettings
 
         bf = WhisperTranscriber(ModelSettings(asr_model=str(MODELS[model]["hf"]), torch_dtype="bfloat16",
                                               device="cpu", diarization_model="",
@@ -365,7 +365,7 @@ def section_asr(h, model, audio, ref, args) -> dict:
 
 def section_diar(h, model, audio, ref, args) -> dict:
     import torch
-    from diarization_utils import diarize
+    from speaker_asr.diarization.pipeline import diarize
 
     p = h.diarization
     orig = (p.embedding_batch_size, p.segmentation_batch_size)
@@ -408,7 +408,7 @@ def section_diar(h, model, audio, ref, args) -> dict:
 
 def section_concurrency(h, model, audio, ref, args) -> dict:
     import torch
-    from diarization_utils import diarize
+    from speaker_asr.diarization.pipeline import diarize
 
     cfg = asr_config(model)
     n = args.threads
@@ -552,7 +552,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from audio_decode import decode_audio
+    from speaker_asr.audio.decode import decode_audio
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     path, ref = get_input(args.input)

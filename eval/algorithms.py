@@ -39,7 +39,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from alignment import Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, resolve_times
+from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, resolve_times)
 from metrics import HypToken, normalize_word
 
 Span = tuple[str, Optional[float], Optional[float]]
@@ -124,7 +124,7 @@ def _word_level(smooth: bool, tidy: bool = True, plain: bool = False) -> Callabl
 def endpoint(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
              ) -> list[HypToken]:
     """The endpoint's own response builder on the same input (word mode), flattened to tokens."""
-    from diarization_utils import build_response
+    from speaker_asr.attribution.response import build_response
 
     response = build_response("", list(chunks), list(turns), duration, "en", words=list(words),
                               return_words=True)

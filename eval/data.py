@@ -40,7 +40,7 @@ from typing import Callable, Optional
 import numpy as np
 import soundfile as sf
 
-from audio_decode import SAMPLE_RATE, decode_audio, resample
+from speaker_asr.audio.decode import SAMPLE_RATE, decode_audio, resample
 from metrics import aligned_pairs, normalize_text, normalize_word
 
 GENERATOR_VERSION = "3"

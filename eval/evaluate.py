@@ -6,7 +6,7 @@ on the same Whisper output, with oracle and with pyannote diarization. Run on de
 
 Prints markdown tables (algorithm x file, plus pooled rows) and writes eval/results/latest.md and
 eval/results/latest.json. ASR and diarization outputs are cached under eval/.cache (keyed by the
-audio, the model and the source of whisper_asr.py / diarization_utils.py), so re-scoring after a
+audio, the model and the source of the ASR / diarization modules), so re-scoring after a
 change to alignment.py takes seconds. See eval/README.md.
 """
 
@@ -26,14 +26,11 @@ from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for p in (str(ROOT), str(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 import numpy as np  # noqa: E402
 
 from algorithms import ALGORITHMS, RUNNERS, endpoint  # noqa: E402
-from alignment import Turn  # noqa: E402
+from speaker_asr.attribution.speakers import Turn
 from data import EvalFile, build_dataset, read_wav  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
                      wder_counts, wer_counts)
@@ -53,8 +50,8 @@ def _git_state() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "alignment.py", "whisper_asr.py",
-                                "diarization_utils.py", "config.py"], cwd=ROOT, capture_output=True,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "speaker_asr/attribution",
+                                "speaker_asr/asr", "speaker_asr/diarization", "speaker_asr/config.py"], cwd=ROOT, capture_output=True,
                                text=True, check=True).stdout.strip()
         return head + (" + uncommitted changes to " + ", ".join(l.split()[-1] for l in dirty.splitlines())
                        if dirty else "")
@@ -118,8 +115,8 @@ class Asr:
 
     def _load(self):
         if self._tr is None:
-            from config import ModelSettings
-            from whisper_asr import WhisperTranscriber, resolve_device
+            from speaker_asr.config import ModelSettings
+            from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
 
             settings = ModelSettings(asr_model=str(self.path), assistant_model=None,
                                      diarization_model=None, torch_dtype=self.dtype,
@@ -128,7 +125,7 @@ class Asr:
         return self._tr
 
     def transcribe(self, audio: np.ndarray) -> dict:
-        from config import InferenceConfig
+        from speaker_asr.config import InferenceConfig
 
         tr = self._load()
         t = time.perf_counter()
@@ -156,10 +153,10 @@ class Diarizer:
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
             if str(self.path) not in sys.path:
                 sys.path.insert(0, str(self.path))
-            from diarization_utils import load_diarization_pipeline
+            from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
             self._pipe = load_diarization_pipeline(str(self.path), None)
-        from diarization_utils import diarize
+        from speaker_asr.diarization.pipeline import diarize
 
         t = time.perf_counter()
         d = diarize(self._pipe, audio, num_speakers=num_speakers)
@@ -489,8 +486,9 @@ def main(argv=None) -> int:
     asr_seconds = 0.0
     cached = 0
     # the ASR output depends on these sources (the hallucination filter runs inside transcribe)
-    whisper_sha = _sha(*(_source_sha(n) for n in ("whisper_asr.py", "hallucination.py", "whisper_speedups.py",
-                                                      "int8_weights.py")))
+    whisper_sha = _sha(*(_source_sha(n) for n in (
+        "speaker_asr/asr/transcriber.py", "speaker_asr/asr/hallucination.py",
+        "speaker_asr/patches/whisper.py", "speaker_asr/asr/quantization.py")))
     for m in models:
         path = model_path(models_dir, m)
         runner = Asr(path, args.long_form, args.dtype, args.quantization)
@@ -516,7 +514,7 @@ def main(argv=None) -> int:
     der_rows = []
     if "pipeline" in modes:
         diarizer = Diarizer(models_dir)
-        diar_sha = _source_sha("diarization_utils.py")
+        diar_sha = _source_sha("speaker_asr/diarization/pipeline.py")
         for f in files:
             key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], f.num_speakers, diar_sha)
             r = cache.get("diar", key)

@@ -3,15 +3,7 @@
     .venv/bin/python -m pytest eval/test_eval.py -q
 """
 
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-for p in (str(HERE.parent), str(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-from alignment import Turn  # noqa: E402
+from speaker_asr.attribution.speakers import Turn
 from algorithms import RUNNERS, hf_original  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_text, normalize_word,  # noqa: E402
                      wder_counts, wer_counts)

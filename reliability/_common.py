@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ROOT / "tests"
-for _path in (ROOT, TESTS):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
 
 REAL = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
 REAL_AUDIO = REAL / "audio"
@@ -61,8 +56,8 @@ def finish(name: str, summary: str, result: dict[str, Any], json_path: Optional[
 
 
 def tiny_models(work: Path) -> dict[str, Path]:
-    """tests/tiny_models.py's tiny random models, built once into ``work/tiny-models``."""
-    from tiny_models import build_all
+    """speaker_asr/testing/tiny_models.py's tiny random models, built once into ``work/tiny-models``."""
+    from speaker_asr.testing.tiny_models import build_all
 
     models = work / "tiny-models"
     names = ("whisper", "whisper.en", "assistant", "pyannote")
@@ -76,7 +71,7 @@ def tiny_models(work: Path) -> dict[str, Path]:
 
 
 class LocalServer:
-    """``python -m cli serve`` on 127.0.0.1 with the tiny random models (built once into
+    """``python -m speaker_asr serve`` on 127.0.0.1 with the tiny random models (built once into
     ``work``), through tests/test_server.py's ServerProcess and server_env."""
 
     def __init__(self, work: Path, **env_overrides: str):

@@ -228,7 +228,7 @@ def _worker(conn, max_seconds: float, quiet: bool) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
     except (ValueError, OSError):
         pass
-    from audio_decode import AudioDecodeError, decode_audio
+    from speaker_asr.audio.decode import AudioDecodeError, decode_audio
 
     while True:
         try:

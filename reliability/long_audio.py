@@ -51,7 +51,7 @@ def speech_clips() -> list[np.ndarray]:
     """The real recordings, 16 kHz mono float32, or [] when absent."""
     import soundfile as sf
 
-    from audio_decode import decode_audio
+    from speaker_asr.audio.decode import decode_audio
 
     paths = []
     if (REAL_AUDIO / "sample.wav").exists():
@@ -158,8 +158,8 @@ T0 = time.perf_counter()
 
 
 def load_handler(models: str, work: Path):
-    from config import ModelSettings
-    from handler import EndpointHandler
+    from speaker_asr.config import ModelSettings
+    from speaker_asr.endpoint import EndpointHandler
 
     if models == "real":
         if str(REAL_PIPELINE) not in sys.path:
@@ -175,7 +175,7 @@ def load_handler(models: str, work: Path):
 
 def child(args) -> int:
     global T0
-    import handler as handler_module
+    from speaker_asr import endpoint as handler_module
 
     if args.max_memory_gb:
         import resource
@@ -184,7 +184,7 @@ def child(args) -> int:
         cap = int(args.max_memory_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     parameters = dict(p.split("=", 1) for p in args.param)
-    from server import coerce_value
+    from speaker_asr.serving.app import coerce_value
 
     parameters = {k: coerce_value(v) for k, v in parameters.items()}
     result: dict[str, Any] = {"models": args.models, "stage": args.stage, "rss_start_mb": rss_mb(),
@@ -237,8 +237,9 @@ def measure(args, h, handler_module, sampler: RssSampler, data: bytes, parameter
         result["warnings"] = response.get("warnings")
         result["text_head"] = response.get("text", "")[:160]
     else:
-        from config import InferenceConfig
-        from diarization_utils import diarize, preprocess_inputs
+        from speaker_asr.config import InferenceConfig
+        from speaker_asr.diarization.pipeline import diarize
+        from speaker_asr.audio.inputs import preprocess_inputs
 
         audio = preprocess_inputs(data, max_duration_s=h.settings.max_audio_seconds)
         result["duration_s"] = len(audio) / SR

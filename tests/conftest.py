@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 # offline, private: nothing may reach the hub or pyannote's telemetry during tests
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -43,13 +40,13 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, Path]:
-    from tiny_models import build_all
+    from speaker_asr.testing.tiny_models import build_all
 
     return build_all(tmp_path_factory.mktemp("tiny-models"))
 
 
 def tiny_settings(tiny_models, **overrides):
-    from config import ModelSettings
+    from speaker_asr.config import ModelSettings
 
     values = dict(asr_model=str(tiny_models["whisper"]), assistant_model=str(tiny_models["assistant"]),
                   diarization_model=str(tiny_models["pyannote"]), max_new_tokens=TINY_MAX_NEW_TOKENS)
@@ -60,7 +57,7 @@ def tiny_settings(tiny_models, **overrides):
 @pytest.fixture(scope="session")
 def handler(tiny_models):
     """Multilingual tiny Whisper + assistant + tiny pyannote pipeline, loaded like production."""
-    from handler import EndpointHandler
+    from speaker_asr.endpoint import EndpointHandler
 
     return EndpointHandler(settings=tiny_settings(tiny_models))
 

@@ -4,8 +4,7 @@ import math
 
 import pytest
 
-from alignment import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, clean_turns,
-                       merge_by_speaker, resolve_times, split_segments)
+from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, clean_turns, merge_by_speaker, resolve_times, split_segments)
 
 A, B, C = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"
 
@@ -196,7 +195,7 @@ def test_split_segments_keeps_every_word_in_order():
 
 
 def test_tidy_trims_words_stretched_over_pauses():
-    from alignment import tidy_word_times
+    from speaker_asr.attribution.speakers import tidy_word_times
 
     words = [Piece(" Hello.", 0.0, 6.98), Piece(" Oh,", 8.4, 8.7), Piece(" hello.", 8.7, 9.0),
              Piece(" I", 9.0, 9.1), Piece(" knew", 9.1, 9.4), Piece(" it.", 9.4, 12.0),
@@ -221,7 +220,7 @@ def test_tidy_moves_a_stretched_first_word_to_the_right_speaker():
 
 
 def test_timing_offset_measures_a_lag_at_clean_turn_starts():
-    from alignment import timing_offset
+    from speaker_asr.attribution.speakers import timing_offset
 
     t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A), (5.5, 6.5, B))  # B at 5.5 starts in overlap
     words = [Piece(" w", s + 0.12, s + 0.4) for s in (0.0, 2.1, 4.2)] + [Piece(" x", 5.2, 5.4)]
@@ -262,7 +261,7 @@ def test_overlapped_speech_keeps_the_speaker_already_talking():
 
 
 def _exclusive(*turns):
-    from alignment import exclusive_turns
+    from speaker_asr.attribution.speakers import exclusive_turns
 
     return [(t.start, t.end, t.speaker) for t in exclusive_turns([Turn(*t) for t in turns])]
 
@@ -310,3 +309,18 @@ def test_exclusive_turns_have_one_speaker_at_a_time_and_cover_all_speech():
             others = [o for o in turns if o[2] != speaker and o[0] <= t <= o[1]]
             if not others:
                 assert any(a <= t <= b and who == speaker for a, b, who in out)
+
+
+def test_pure_logic_imports_no_model_library():
+    """Attribution, input decoding, errors and settings import neither torch, pyannote,
+    transformers nor the web server: they are usable and testable without them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    modules = ("speaker_asr.attribution.speakers", "speaker_asr.attribution.response",
+               "speaker_asr.audio.inputs", "speaker_asr.errors", "speaker_asr.config")
+    code = (f"import sys, {', '.join(modules)}; "
+            "bad = {'torch', 'pyannote', 'transformers', 'starlette'} & {m.split('.')[0] for m in sys.modules}; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, check=True)

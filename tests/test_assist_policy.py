@@ -1,6 +1,6 @@
 """assisted="auto" for one-window audio picks the measured faster mode (assist_policy.py)."""
 
-from assist_policy import AssistPolicy
+from speaker_asr.asr.assist_policy import AssistPolicy
 
 
 def drive(policy, seconds_per_second, n):

@@ -8,9 +8,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from audio_decode import AudioDecodeError, decode_audio
+from speaker_asr.audio.decode import AudioDecodeError, decode_audio
 from conftest import SHARED_AUDIO, encode, tone
-from diarization_utils import decode_base64, input_bytes, preprocess_inputs
+from speaker_asr.audio.inputs import decode_base64, input_bytes, preprocess_inputs
 
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")
 

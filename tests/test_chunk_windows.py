@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from chunk_windows import install, keep_tail, one_pass_per_window
+from speaker_asr.patches.chunk_windows import install, keep_tail, one_pass_per_window
 
 TS = 1000  # first timestamp token id in these hand-made windows
 
@@ -77,11 +77,11 @@ def test_splitter_changes_only_inside_the_context(tiny_models):
 
 
 def test_chunked_request_encodes_each_batch_of_windows_once(tiny_models):
-    from config import InferenceConfig
+    from speaker_asr.config import InferenceConfig
     from conftest import tiny_settings
     import transformers
 
-    from whisper_asr import WhisperTranscriber, resolve_device
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
 
     settings = tiny_settings(tiny_models, assistant_model=None)
     transcriber = WhisperTranscriber(settings, *resolve_device(settings))

@@ -1,4 +1,4 @@
-"""``python -m cli``: transcribe a generated WAV in-process with the tiny models (every format in
+"""``python -m speaker_asr``: transcribe a generated WAV in-process with the tiny models (every format in
 one run, and ``--format txt`` on stdout through the handler), what the options become (a fake
 handler, in this process), and the exit codes of bad input."""
 
@@ -32,7 +32,7 @@ def cli_env(tiny_models, **overrides) -> dict:
 
 
 def run_cli(args, env, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "speaker_asr", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -86,7 +86,7 @@ def test_transcribe_json(json_result, all_formats):
 
 @pytest.mark.parametrize("fmt", ["verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"])
 def test_every_format_is_rendered_from_the_same_transcription(all_formats, json_result, fmt):
-    from formats import TEXT_FORMATS, render
+    from speaker_asr.formats import TEXT_FORMATS, render
 
     expected = render(json_result, fmt)  # already renamed: rendering again keeps the names
     if fmt in TEXT_FORMATS:
@@ -169,7 +169,7 @@ class FakeHandler:
     calls: list[dict] = []
 
     def __call__(self, data: dict) -> dict:
-        import cli
+        from speaker_asr import cli
 
         FakeHandler.calls.append(data)
         params = dict(data["parameters"])
@@ -182,21 +182,21 @@ class FakeHandler:
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     FakeHandler.calls = []
-    monkeypatch.setitem(sys.modules, "handler", SimpleNamespace(EndpointHandler=FakeHandler))
+    monkeypatch.setattr("speaker_asr.endpoint.EndpointHandler", FakeHandler)
     audio = tmp_path / "call.flac"
     audio.write_bytes(b"fLaC not really")  # the fake handler does not decode
     return SimpleNamespace(calls=FakeHandler.calls, audio=audio, dir=tmp_path)
 
 
 def golden_render(fmt: str, names=None) -> dict:
-    from formats import render
+    from speaker_asr.formats import render
 
     return render(json.loads((GOLDEN / "response.json").read_text(encoding="utf-8")), fmt,
                   speaker_names=names)
 
 
 def test_options_become_request_parameters_and_the_text_is_written_raw(fake, capsys):
-    import cli
+    from speaker_asr import cli
 
     out_dir = fake.dir / "subs"
     out_dir.mkdir()
@@ -217,7 +217,7 @@ def test_options_become_request_parameters_and_the_text_is_written_raw(fake, cap
 
 @pytest.mark.parametrize("fmt", ["json", "verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"])
 def test_each_format_on_stdout(fake, capsys, fmt):
-    import cli
+    from speaker_asr import cli
 
     assert cli.main(["transcribe", str(fake.audio), "-f", fmt, "--speaker-names", "Diane"]) == 0
     out = capsys.readouterr().out
@@ -234,7 +234,7 @@ def test_each_format_on_stdout(fake, capsys, fmt):
 
 
 def test_one_file_for_one_format(fake, capsys):
-    import cli
+    from speaker_asr import cli
 
     path = fake.dir / "result.vtt"
     assert cli.main(["transcribe", str(fake.audio), "--format", "vtt", "-o", str(path)]) == 0
@@ -243,7 +243,7 @@ def test_one_file_for_one_format(fake, capsys):
 
 
 def test_several_formats_transcribe_once(fake, capsys):
-    import cli
+    from speaker_asr import cli
 
     out = fake.dir / "out"
     assert cli.main(["transcribe", str(fake.audio), "--format", "verbose_json,rttm", "--format",
@@ -261,7 +261,7 @@ def test_several_formats_transcribe_once(fake, capsys):
 
 
 def test_output_names():
-    import cli
+    from speaker_asr import cli
 
     assert cli.output_name("a b", "json", ["json"]) == "a b.json"
     assert cli.output_name("a", "verbose_json", ["verbose_json", "srt"]) == "a.json"
@@ -278,7 +278,7 @@ def test_output_names():
 
 
 def test_legacy_param_response_format(fake, capsys):
-    import cli
+    from speaker_asr import cli
 
     assert cli.main(["transcribe", str(fake.audio), "--param", "response_format=txt",
                      "--param", "speaker_names=Ann,Ben"]) == 0
@@ -296,7 +296,7 @@ def test_legacy_param_response_format(fake, capsys):
     (["--prompt", ""], "prompt"),
 ])
 def test_bad_format_options_exit_2_before_the_handler(fake, capsys, args, fragment):
-    import cli
+    from speaker_asr import cli
 
     code = cli.main(["transcribe", str(fake.audio), *(a.format(dir=fake.dir) for a in args)])
     err = capsys.readouterr().err
@@ -306,7 +306,7 @@ def test_bad_format_options_exit_2_before_the_handler(fake, capsys, args, fragme
 
 
 def test_output_and_output_dir_are_exclusive(capsys):
-    import cli
+    from speaker_asr import cli
 
     with pytest.raises(SystemExit) as exc:
         cli.main(["transcribe", "x.wav", "-o", "a.json", "-d", "out"])

@@ -19,7 +19,7 @@ def test_dtype_keyword_matches_the_transformers_release():
     import transformers
     from packaging.version import Version
 
-    from whisper_asr import dtype_kwarg
+    from speaker_asr.asr.transcriber import dtype_kwarg
 
     key = next(iter(dtype_kwarg("float32")))
     assert key == ("dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype")

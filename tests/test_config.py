@@ -2,7 +2,7 @@
 
 import pytest
 
-from config import DEFAULT_BATCH_SIZE, InferenceConfig, ModelCapabilities, ModelSettings
+from speaker_asr.config import DEFAULT_BATCH_SIZE, InferenceConfig, ModelCapabilities, ModelSettings
 
 MULTI = ModelCapabilities(has_assistant=True, multilingual=True)
 NO_ASSISTANT = ModelCapabilities(has_assistant=False, multilingual=True)
@@ -158,7 +158,7 @@ def test_prompt_and_formats():
 
 
 def test_default_batch_size_follows_the_device():
-    from config import DEFAULT_CPU_BATCH_SIZE
+    from speaker_asr.config import DEFAULT_CPU_BATCH_SIZE
 
     cfg = InferenceConfig()
     assert cfg.batch_size_for(False, DEFAULT_CPU_BATCH_SIZE) == DEFAULT_CPU_BATCH_SIZE < DEFAULT_BATCH_SIZE

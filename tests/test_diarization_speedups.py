@@ -9,7 +9,7 @@ from conftest import tone
 
 
 def _load(tiny_models, speedups: bool):
-    from diarization_utils import load_diarization_pipeline
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     return load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", speedups=speedups)
 
@@ -37,7 +37,7 @@ def _rows_run(stock_pipeline):
 
 
 def test_speedups_keep_the_turns_and_skip_silent_slots(tiny_models):
-    from diarization_utils import diarize
+    from speaker_asr.diarization.pipeline import diarize
 
     stock, fast = _load(tiny_models, False), _load(tiny_models, True)
     assert getattr(fast._embedding, "_skips_silent", False)
@@ -79,7 +79,7 @@ def test_joint_assignment_keeps_silent_slots_unless_they_are_nan_anyway(tiny_mod
     """With VBx-style constrained (joint) assignment a silent slot's embedding takes part in its
     window's assignment: the skip then applies only to a model that returns NaN for it anyway
     (WeSpeaker ResNet34 returns a finite vector for an all-zero mask)."""
-    from diarization_speedups import skip_silent_embeddings
+    from speaker_asr.patches.diarization import skip_silent_embeddings
 
     pipeline = _load(tiny_models, False)
     pipeline.clustering.constrained_assignment = True
@@ -89,7 +89,7 @@ def test_joint_assignment_keeps_silent_slots_unless_they_are_nan_anyway(tiny_mod
 @pytest.mark.parametrize("device,applies", [(None, True), ("cpu", True), ("cuda", False),
                                             ("cuda:1", False)])
 def test_cpu_embedding_batch_only_on_cpu(tiny_models, device, applies):
-    from diarization_speedups import cpu_embedding_batch
+    from speaker_asr.patches.diarization import cpu_embedding_batch
 
     pipeline = _load(tiny_models, False)
     assert cpu_embedding_batch(pipeline, device) is applies

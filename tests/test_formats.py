@@ -21,8 +21,8 @@ import webvtt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from formats import FORMATS, render
-from formats._common import width
+from speaker_asr.formats import FORMATS, render
+from speaker_asr.formats._common import width
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 ROOT = GOLDEN.parent.parent
@@ -318,7 +318,7 @@ def test_bad_task_and_response():
 
 
 def test_formats_import_no_torch():
-    code = "import sys, formats; bad = {'torch', 'numpy', 'pyannote'} & {m.split('.')[0] for m in sys.modules}; " \
+    code = "import sys, speaker_asr.formats; bad = {'torch', 'numpy', 'pyannote'} & {m.split('.')[0] for m in sys.modules}; " \
            "assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 

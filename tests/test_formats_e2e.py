@@ -1,5 +1,5 @@
-"""Every response format, end to end: produced by a live server (``python -m cli serve`` with the
-tiny models) and by ``python -m cli transcribe``, read back with independent parsers -- ``srt``
+"""Every response format, end to end: produced by a live server (``python -m speaker_asr serve`` with the
+tiny models) and by ``python -m speaker_asr transcribe``, read back with independent parsers -- ``srt``
 (SubRip), ``webvtt-py`` (WebVTT, voice tags), pyannote's ``load_rttm`` (RTTM), ``json`` -- and
 checked against the json response for the same audio and speaker names (greedy decoding: the same
 transcript every time). The CLI's files must be what the server sends.
@@ -41,7 +41,7 @@ def live(tiny_models, clip, tmp_path_factory):
     """One server, and one CLI run (srt and vtt files) loading its models at the same time."""
     out = tmp_path_factory.mktemp("e2e-cli")
     cli = subprocess.Popen(
-        [sys.executable, "-m", "cli", "transcribe", str(clip[1]), "--language", "en",
+        [sys.executable, "-m", "speaker_asr", "transcribe", str(clip[1]), "--language", "en",
          "--num-speakers", "2", "--speaker-names", ",".join(NAMES), "--format", "srt,vtt",
          "--output-dir", str(out)],
         cwd=ROOT, env=cli_env(tiny_models), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """Text Whisper wrote with no audio under it (hallucination.py), on hand-made words."""
 
-from hallucination import drop_hallucinations, rewound_runs, squeezed_runs
+from speaker_asr.asr.hallucination import drop_hallucinations, rewound_runs, squeezed_runs
 
 
 def words(*spec):

@@ -83,7 +83,7 @@ def test_assistant_is_really_used(handler, speech_like_wav):
         assert not calls, "plain decoding must not run the assistant"
         # assisted='auto' (the default), audio that fits one window: a fresh deployment times both
         # modes before it keeps the faster (assist_policy.py), the assistant first
-        from assist_policy import AssistPolicy
+        from speaker_asr.asr.assist_policy import AssistPolicy
 
         handler.asr.assist_policy = AssistPolicy()
         calls.clear()
@@ -196,10 +196,10 @@ def test_silence_gives_an_empty_transcript(handler):
 
 
 def test_no_speech_found_by_diarization_drops_hallucinations(handler, speech_like_wav, monkeypatch):
-    from diarization_utils import Diarization
+    from speaker_asr.diarization.pipeline import Diarization
 
     monkeypatch.setattr(handler, "diarization", lambda *a, **k: None)
-    monkeypatch.setattr("handler.diarize", lambda *a, **k: Diarization([], []))
+    monkeypatch.setattr("speaker_asr.endpoint.diarize", lambda *a, **k: Diarization([], []))
     r = handler({"inputs": b64(speech_like_wav)})
     assert r["text"] == "" and r["chunks"] == [] and r["speakers"] == []
     assert "no speech detected" in r["warnings"][0] and "vad_filter=false" in r["warnings"][0]
@@ -222,7 +222,7 @@ def test_language_given_is_reported(handler, speech_like_wav):
 
 
 def test_handler_from_environment_without_diarization(tiny_models, speech_like_wav, monkeypatch):
-    from handler import EndpointHandler
+    from speaker_asr.endpoint import EndpointHandler
 
     monkeypatch.setenv("ASR_MODEL", str(tiny_models["whisper.en"]))
     monkeypatch.setenv("DIARIZATION_MODEL", "")
@@ -244,7 +244,7 @@ def test_handler_from_environment_without_diarization(tiny_models, speech_like_w
 
 def test_pyannote_telemetry_is_off(handler):
     assert os.environ["PYANNOTE_METRICS_ENABLED"] == "false"
-    from diarization_utils import pyannote_major
+    from speaker_asr.diarization.pipeline import pyannote_major
 
     if pyannote_major() < 4:
         pytest.skip("pyannote.audio 3.x has no telemetry")
@@ -254,7 +254,7 @@ def test_pyannote_telemetry_is_off(handler):
 
 
 def test_gated_diarization_model_fails_at_init_with_instructions(tiny_models, monkeypatch):
-    from diarization_utils import load_diarization_pipeline
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     secret = "hf_fake_SECRET_token_123"
     with pytest.raises(RuntimeError) as exc:
@@ -265,7 +265,7 @@ def test_gated_diarization_model_fails_at_init_with_instructions(tiny_models, mo
 
 
 def test_missing_local_model_folder(tmp_path):
-    from diarization_utils import load_diarization_pipeline
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     with pytest.raises(RuntimeError, match="without config.yaml"):
         load_diarization_pipeline(str(tmp_path), None)
@@ -274,7 +274,7 @@ def test_missing_local_model_folder(tmp_path):
 
 
 def test_pipeline_yaml_file_path_is_accepted(tiny_models):
-    from diarization_utils import load_diarization_pipeline
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     assert load_diarization_pipeline(str(tiny_models["pyannote"] / "config.yaml"), None) is not None
 
@@ -288,7 +288,7 @@ def test_prompt_conditions_decoding_and_is_not_echoed(handler, speech_like_wav):
 
 
 def test_temperature_fallback_guards_run(handler, speech_like_wav):
-    from whisper_asr import _transformers_major
+    from speaker_asr.asr.transcriber import _transformers_major
 
     guards = {"temperature": [0.0, 0.5], "compression_ratio_threshold": 1.05, "logprob_threshold": -0.01}
     assert_schema(handler({"inputs": b64(speech_like_wav), "parameters": guards}))
@@ -327,7 +327,7 @@ class _Broken:
 
 
 def test_audio_longer_than_the_limit_is_rejected(tiny_models, speech_like_wav):
-    from handler import EndpointHandler
+    from speaker_asr.endpoint import EndpointHandler
 
     h = EndpointHandler(settings=tiny_settings(tiny_models, max_audio_seconds=5, diarization_model=None,
                                                assistant_model=None))
@@ -347,7 +347,7 @@ def test_json_body_handed_over_as_audio_bytes_is_read_as_json(handler, speech_li
 
 
 def test_unwrap_json_body_only_touches_json_requests_in_bytes():
-    from diarization_utils import unwrap_json_body
+    from speaker_asr.audio.inputs import unwrap_json_body
 
     wav = {"inputs": b"RIFF....WAVEfmt ", "parameters": {"a": 1}}
     assert unwrap_json_body(wav) is wav
@@ -368,7 +368,7 @@ def test_pyannote3_config_resolves_what_3x_cannot_read(tmp_path):
     """pyannote.audio 3.x reads a yaml file with checkpoint paths: no folder, no $model/, no plda."""
     import yaml
 
-    from diarization_utils import pyannote3_config
+    from speaker_asr.diarization.pipeline import pyannote3_config
 
     folder = tmp_path / "pipeline"
     (folder / "segmentation").mkdir(parents=True)
@@ -390,3 +390,46 @@ def test_pyannote3_config_resolves_what_3x_cannot_read(tmp_path):
     assert pyannote3_config(plain) == str(plain)
     (folder / "config-pyannote3.yaml").write_text("pipeline: {}\n")
     assert pyannote3_config(folder) == str(folder / "config-pyannote3.yaml")
+
+
+def test_concurrent_calls_run_one_at_a_time(handler, speech_like_wav, monkeypatch):
+    """The handler holds one lock per call: callers' own threads cannot interleave two requests
+    on the shared models."""
+    import threading
+    import time
+
+    active, peak, lock = [0], [0], threading.Lock()
+    transcribe = handler.asr.transcribe
+
+    def counted(*args, **kwargs):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        try:
+            return transcribe(*args, **kwargs)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(handler.asr, "transcribe", counted)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(handler({"inputs": b64(speech_like_wav)})))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 3 and peak[0] == 1
+
+
+def test_client_mistakes_are_request_errors(handler, speech_like_wav):
+    from speaker_asr.errors import RequestError
+
+    for bad in ({"inputs": "not base64!"}, {"inputs": b64(b"\x00" * 3000)},
+                {"inputs": b64(speech_like_wav), "parameters": {"num_speakers": 0}},
+                {"inputs": b64(speech_like_wav), "parameters": {"response_format": "docx"}},
+                {"inputs": b64(speech_like_wav), "parameters": {"speaker_names": ["A", "A"]}},
+                ["not", "a", "dict"]):
+        with pytest.raises(RequestError):
+            handler(bad)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import SAMPLE_RATE, encode, tiny_settings, tone
-from int8_weights import Int8Head, Int8Linear, kernel_available, quantize_decoder
+from speaker_asr.asr.quantization import Int8Head, Int8Linear, kernel_available, quantize_decoder
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="torch lacks _weight_int8pack_mm")
 
@@ -68,7 +68,7 @@ def test_int8_head_picks_what_bfloat16_would_among_near_ties():
 
 @pytest.fixture(scope="module")
 def int8_transcriber(tiny_models):
-    from whisper_asr import WhisperTranscriber, resolve_device
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
 
     settings = tiny_settings(tiny_models, quantization="int8")
     device, dtype = resolve_device(settings)
@@ -93,7 +93,7 @@ def test_int8_decoder_and_vocabulary_projection_encoder_untouched(int8_transcrib
 @pytest.mark.parametrize("seconds,params", [(6.0, {"assisted": False}), (6.0, {"assisted": True}),
                                             (40.0, {"assisted": False})])
 def test_int8_transcribes_with_word_timestamps(int8_transcriber, seconds, params):
-    from config import InferenceConfig
+    from speaker_asr.config import InferenceConfig
 
     rng = np.random.default_rng(5)
     audio = (tone(seconds, freq=180.0) + 0.05 * rng.standard_normal(int(seconds * SAMPLE_RATE))
@@ -107,7 +107,7 @@ def test_int8_transcribes_with_word_timestamps(int8_transcriber, seconds, params
 
 
 def test_int8_endpoint_answers_with_speakers_and_times(tiny_models):
-    from handler import EndpointHandler
+    from speaker_asr.endpoint import EndpointHandler
 
     handler = EndpointHandler(settings=tiny_settings(tiny_models, quantization="int8"))
     audio = np.concatenate([tone(3.0, freq=f) for f in (180.0, 320.0)])
@@ -128,7 +128,7 @@ def test_quantize_decoder_needs_a_whisper_decoder():
 def test_quantization_setting_values_and_conflicts(monkeypatch):
     from pydantic import ValidationError
 
-    from config import ModelSettings
+    from speaker_asr.config import ModelSettings
 
     for off in ("", "none", "None"):
         monkeypatch.setenv("QUANTIZATION", off)
@@ -147,8 +147,8 @@ def test_quantization_setting_values_and_conflicts(monkeypatch):
 
 
 def test_quantization_is_refused_on_a_gpu_with_a_message(monkeypatch):
-    from config import ModelSettings
-    from whisper_asr import resolve_device
+    from speaker_asr.config import ModelSettings
+    from speaker_asr.asr.transcriber import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     settings = ModelSettings(asr_model="m", quantization="int8")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import lean_decoder
+from speaker_asr.patches import lean_decoder
 
 
 @pytest.fixture()

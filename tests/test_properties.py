@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from alignment import Piece, SpeakerIndex, Turn, attribute_words, resolve_times, split_segments
-from audio_decode import AudioDecodeError, decode_audio
-from config import InferenceConfig, ModelCapabilities
+from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, attribute_words, resolve_times, split_segments)
+from speaker_asr.audio.decode import AudioDecodeError, decode_audio
+from speaker_asr.config import InferenceConfig, ModelCapabilities
 from conftest import encode, tone
 
 json_values = st.recursive(

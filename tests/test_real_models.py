@@ -41,8 +41,8 @@ def reference():
 
 
 def real_handler(asr, **extra):
-    from config import ModelSettings
-    from handler import EndpointHandler
+    from speaker_asr.config import ModelSettings
+    from speaker_asr.endpoint import EndpointHandler
 
     if str(PIPELINE) not in sys.path:
         sys.path.insert(0, str(PIPELINE))  # campp_embedding.py must be importable
@@ -62,7 +62,7 @@ def test_two_speaker_sample_tiny_en(tiny_en):
 
 def test_two_speaker_sample_tiny_en_int8():
     """QUANTIZATION=int8 (int8 decoder, bfloat16 model) keeps the transcript and the speakers."""
-    from int8_weights import kernel_available
+    from speaker_asr.asr.quantization import kernel_available
 
     need(REAL_MODELS / "whisper-tiny.en", PIPELINE, SAMPLE)
     if not kernel_available():
@@ -118,8 +118,8 @@ def test_base_repetition_after_the_speech_is_removed_and_named():
     # whisper base, decoded greedily by transformers, repeats earlier sentences after the last
     # word of pyannote's sample with every word timed 29.98-29.98 s (hallucination.py)
     need(REAL_MODELS / "whisper-base", SAMPLE)
-    from config import ModelSettings
-    from handler import EndpointHandler
+    from speaker_asr.config import ModelSettings
+    from speaker_asr.endpoint import EndpointHandler
 
     h = EndpointHandler(settings=ModelSettings(asr_model=str(REAL_MODELS / "whisper-base"),
                                                diarization_model=""))

@@ -1,6 +1,6 @@
 """Reliability: bad input, concurrency and the token, against one live server.
 
-One ``python -m cli serve`` subprocess (the helpers of test_server.py) with tiny random models and
+One ``python -m speaker_asr serve`` subprocess (the helpers of test_server.py) with tiny random models and
 small limits (MAX_BODY_BYTES=300 000, MAX_AUDIO_SECONDS=5) answers:
 
 * a table of bad or odd inputs, one test id each, every one with its exact outcome: a 4xx whose
@@ -12,7 +12,7 @@ small limits (MAX_BODY_BYTES=300 000, MAX_AUDIO_SECONDS=5) answers:
 * the bad-input error paths never echo the token (test_server.py covers the rest of the secrets).
 
 The server runs the multilingual tiny Whisper and a diarization pipeline that is the tiny one of
-tests/tiny_models.py with one change: a random X-vector (MFCC) embedding instead of ResNet34,
+speaker_asr/testing/tiny_models.py with one change: a random X-vector (MFCC) embedding instead of ResNet34,
 8 times cheaper on CPU (the ResNet34 costs ~2 CPU-seconds per request), so the ~30 requests that
 reach the models stay within the module's time budget. Everything downstream of the embedding
 (segmentation, clustering, PLDA, the handler's alignment) is the same code.
@@ -57,7 +57,7 @@ def build_fast_pyannote(src: Path, out: Path) -> Path:
     from pyannote.audio.core.task import Problem, Resolution, Specifications
     from pyannote.audio.models.embedding import XVectorMFCC
 
-    from tiny_models import _save_pyannote_checkpoint
+    from speaker_asr.testing.tiny_models import _save_pyannote_checkpoint
 
     shutil.copytree(src, out)
     torch.manual_seed(0)
@@ -144,7 +144,7 @@ def with_wav_rate(data: bytes, rate: int) -> bytes:
 
 def decoded_seconds(data: bytes) -> float:
     """What this decoder makes of damaged bytes (for cases whose length is the codec's call)."""
-    from audio_decode import decode_audio
+    from speaker_asr.audio.decode import decode_audio
 
     return len(decode_audio(data, max_duration_s=MAX_AUDIO_S)) / SAMPLE_RATE
 
@@ -239,7 +239,7 @@ class Case:
 def _chunk_length_unbounded() -> Optional[str]:
     """A reason to skip the request while config.py lets chunk_length_s go to ~0 (the case would
     run for many minutes: a window per few samples)."""
-    from config import InferenceConfig
+    from speaker_asr.config import InferenceConfig
 
     bounds = [getattr(m, "ge", None) or getattr(m, "gt", None)
               for m in InferenceConfig.model_fields["chunk_length_s"].metadata]

@@ -1,6 +1,6 @@
 """The HTTP server, end to end.
 
-* ``python -m cli serve`` subprocesses with the tiny models, driven by real clients (requests,
+* ``python -m speaker_asr serve`` subprocesses with the tiny models, driven by real clients (requests,
   http.client, huggingface_hub's InferenceClient) on 127.0.0.1: one healthy server for most tests
   and one whose ASR_MODEL does not exist (it must stay up and answer 503 with the reason).
 * An in-process server (uvicorn in a thread) around fake handlers, for what the real models cannot
@@ -72,7 +72,7 @@ class ServerProcess:
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         self.health_log: list[tuple[int, dict]] = []
 
@@ -434,7 +434,7 @@ def test_failed_load_answers_503_with_the_reason_and_stays_up(servers, clip):
 def inprocess_server(factory, max_body_bytes: int = 1_000_000):
     import uvicorn
 
-    import server
+    from speaker_asr.serving import app as server
 
     app = server.create_app(handler_factory=factory, max_body_bytes=max_body_bytes)
     port = free_port()
@@ -525,21 +525,26 @@ def test_body_limit_counts_what_arrives(clip):
         check_error(HTTP.post(url, json={"inputs": b64(clip)}), 413)
 
 
-def test_handler_value_error_is_400_and_other_errors_are_500_without_internals():
+def test_request_error_is_400_and_other_errors_are_500_without_internals():
+    from speaker_asr.errors import RequestError
+
     def failing(data):
         if data["parameters"].get("kind") == "value":
-            raise ValueError("language 'xx' is not available")
+            raise RequestError("language 'xx' is not available")
+        if data["parameters"].get("kind") == "internal-value":  # a library's ValueError: not the client's
+            raise ValueError(f"shapes do not match in /secret/path/model.bin token={FAKE_TOKEN}")
         raise RuntimeError(f"CUDA out of memory at /secret/path/model.bin token={FAKE_TOKEN}")
 
     with inprocess_server(lambda: failing) as (url, _):
         wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
         r = HTTP.post(url + "/?kind=value", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
         assert r.status_code == 400 and r.json() == {"error": "language 'xx' is not available"}
-        r = HTTP.post(url + "/?kind=other", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
-        assert r.status_code == 500
-        request_id = r.headers["x-request-id"]
-        assert r.json() == {"error": f"internal error (request id {request_id})"}
-        assert "secret" not in r.text and "CUDA" not in r.text
+        for kind in ("other", "internal-value"):
+            r = HTTP.post(url + f"/?kind={kind}", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
+            assert r.status_code == 500
+            request_id = r.headers["x-request-id"]
+            assert r.json() == {"error": f"internal error (request id {request_id})"}
+            assert "secret" not in r.text and "CUDA" not in r.text and "shapes" not in r.text
         # the server is fine afterwards
         assert HTTP.get(url + "/health").status_code == 200
 
@@ -617,7 +622,7 @@ def test_loading_states(monkeypatch):
 
 
 def test_query_value_coercion_and_audio_sniffing():
-    from server import coerce_value, sniff_audio
+    from speaker_asr.serving.app import coerce_value, sniff_audio
 
     assert [coerce_value(v) for v in ("true", "FALSE", "3", "-2", "0.25", "1e-2", "en", "no", "inf", " 7 ")] \
         == [True, False, 3, -2, 0.25, 0.01, "en", "no", "inf", 7]

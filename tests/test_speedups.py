@@ -12,7 +12,7 @@ from transformers.generation.logits_process import (
 )
 
 from conftest import SAMPLE_RATE, tiny_settings, tone
-from whisper_speedups import CachedSuppressTokens, CachedSuppressTokensAtBegin
+from speaker_asr.patches.whisper import CachedSuppressTokens, CachedSuppressTokensAtBegin
 
 
 def test_cached_suppress_processors_equal_stock():
@@ -44,7 +44,7 @@ def test_cached_suppress_processors_equal_stock():
 
 @pytest.fixture(scope="module")
 def transcribers(tiny_models):
-    from whisper_asr import WhisperTranscriber, resolve_device
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
 
     out = {}
     for fast in (True, False):
@@ -62,7 +62,7 @@ def _speech_like(seconds: float) -> np.ndarray:
 
 @pytest.mark.parametrize("seconds,assisted", [(6.0, False), (6.0, True), (40.0, False)])
 def test_speedups_keep_output_identical(transcribers, seconds, assisted):
-    from config import InferenceConfig
+    from speaker_asr.config import InferenceConfig
 
     audio = _speech_like(seconds)
     caps = transcribers[True].capabilities(has_diarization=False)
@@ -82,8 +82,8 @@ def test_speedups_keep_output_identical(transcribers, seconds, assisted):
 
 
 def test_encoder_stays_on_sdpa_after_word_timestamps(transcribers):
-    from config import InferenceConfig
-    from whisper_asr import _transformers_major
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.asr.transcriber import _transformers_major
 
     fast = transcribers[True]
     fast.transcribe(_speech_like(4.0), InferenceConfig(language="en"), word_timestamps=True)
@@ -95,9 +95,9 @@ def test_encoder_stays_on_sdpa_after_word_timestamps(transcribers):
 
 
 def test_auto_tries_both_modes_on_one_window_audio_with_identical_output(transcribers):
-    from config import InferenceConfig
+    from speaker_asr.config import InferenceConfig
 
-    from assist_policy import AssistPolicy
+    from speaker_asr.asr.assist_policy import AssistPolicy
 
     transcriber = transcribers[True]
     transcriber.assist_policy = AssistPolicy()  # earlier tests' timings would decide already
@@ -115,7 +115,7 @@ def test_auto_tries_both_modes_on_one_window_audio_with_identical_output(transcr
 
 
 def test_cpu_decodes_long_audio_in_batches_of_eight(transcribers):
-    from config import DEFAULT_CPU_BATCH_SIZE
+    from speaker_asr.config import DEFAULT_CPU_BATCH_SIZE
 
     assert all(t.default_batch_size == DEFAULT_CPU_BATCH_SIZE == 8 for t in transcribers.values())
 
@@ -123,7 +123,7 @@ def test_cpu_decodes_long_audio_in_batches_of_eight(transcribers):
 def test_processor_list_looks_signatures_up_once_per_type(transcribers, monkeypatch):
     import inspect
 
-    from config import InferenceConfig
+    from speaker_asr.config import InferenceConfig
 
     real = inspect.signature
     lookups = []
@@ -154,7 +154,7 @@ def test_processor_list_looks_signatures_up_once_per_type(transcribers, monkeypa
 def test_signature_cached_list_gives_the_stock_list_result_and_errors():
     from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
 
-    from whisper_speedups import SignatureCachedProcessorList
+    from speaker_asr.patches.whisper import SignatureCachedProcessorList
 
     class Scale(LogitsProcessor):
         def __call__(self, input_ids, scores):
@@ -179,7 +179,7 @@ def test_fast_lm_head_picks_the_float32_greedy_token_under_whisper_masks():
     """The bfloat16-then-exact projection: every token that can be the greedy choice has its
     float32 logit, whatever Whisper's processors mask (suppressed ids, the whole text block, or
     subsets of the special tokens)."""
-    from whisper_speedups import _FastHead
+    from speaker_asr.patches.whisper import _FastHead
 
     g = torch.Generator().manual_seed(0)
     vocab, d, first_special = 3000, 96, 2500
@@ -215,8 +215,8 @@ def test_fast_lm_head_picks_the_float32_greedy_token_under_whisper_masks():
 
 
 def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcribers):
-    from config import InferenceConfig
-    from whisper_speedups import fast_lm_head, fast_lm_head_allowed
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.patches.whisper import fast_lm_head, fast_lm_head_allowed
 
     fast = transcribers[True]
     # the tiny test model's projection is too small to gain from bfloat16 here: force it on
@@ -245,7 +245,7 @@ def test_dtw_by_diagonals_gives_transformers_path_exactly():
     (integer costs make every tie rule matter), on the shapes a window produces and the edges."""
     from transformers.models.whisper import generation_whisper
 
-    from whisper_speedups import dynamic_time_warping
+    from speaker_asr.patches.whisper import dynamic_time_warping
 
     stock = generation_whisper._dynamic_time_warping
     assert stock is not dynamic_time_warping
@@ -263,7 +263,7 @@ def test_sorting_network_puts_the_median_in_the_middle_for_every_input():
     input, so position 3 is the median whatever the values."""
     import itertools
 
-    from whisper_speedups import _SORT7
+    from speaker_asr.patches.whisper import _SORT7
 
     for bits in itertools.product((0, 1), repeat=7):
         v = list(bits)
@@ -275,7 +275,7 @@ def test_sorting_network_puts_the_median_in_the_middle_for_every_input():
 def test_median_filter_equals_transformers_values_exactly():
     from transformers.models.whisper import generation_whisper
 
-    from whisper_speedups import median_filter
+    from speaker_asr.patches.whisper import median_filter
 
     stock = generation_whisper._median_filter
     gen = torch.Generator().manual_seed(3)
@@ -300,7 +300,7 @@ def test_median_filter_equals_transformers_values_exactly():
 def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
     from transformers.models.whisper import generation_whisper
 
-    from whisper_speedups import dynamic_time_warping
+    from speaker_asr.patches.whisper import dynamic_time_warping
 
     fast = transcribers[True]
     seen = []
@@ -313,11 +313,11 @@ def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
         seen.append(matrix.shape)
         return real(matrix)
 
-    import whisper_speedups
+    from speaker_asr.patches import whisper as whisper_speedups
 
     whisper_speedups.dynamic_time_warping = spy
     try:
-        from config import InferenceConfig
+        from speaker_asr.config import InferenceConfig
 
         cfg = InferenceConfig.from_request({"language": "en"}, fast.capabilities(False))
         fast.transcribe(_speech_like(5.0), cfg, word_timestamps=True)

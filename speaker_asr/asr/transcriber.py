@@ -21,11 +21,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-from assist_policy import AssistPolicy
-from audio_decode import SAMPLE_RATE
-from hallucination import drop_hallucinations
-from config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig, ModelCapabilities,
-                    ModelSettings)
+from speaker_asr.asr.assist_policy import AssistPolicy
+from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.asr.hallucination import drop_hallucinations
+from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig, ModelCapabilities, ModelSettings)
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +106,8 @@ def _lean_generation(model) -> bool:
     """The output-preserving speed-ups that apply to the main model and the assistant alike: the
     processor list without per-step signature lookups and the lean decoder step. Returns whether
     the lean decoder applied."""
-    import lean_decoder
-    from whisper_speedups import cache_processor_signatures
+    from speaker_asr.patches import lean_decoder
+    from speaker_asr.patches.whisper import cache_processor_signatures
 
     cache_processor_signatures(model)
     return lean_decoder.install(model)
@@ -130,7 +129,7 @@ def resolve_device(settings: ModelSettings):
             raise RuntimeError(
                 f"QUANTIZATION={settings.quantization} is a CPU mode, but the device is {device}: "
                 "on a GPU unset QUANTIZATION (float16 is the fast path there), or set DEVICE=cpu")
-        from int8_weights import kernel_available
+        from speaker_asr.asr.quantization import kernel_available
 
         if not kernel_available():
             raise RuntimeError(
@@ -163,17 +162,16 @@ class WhisperTranscriber:
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
         _clear_forced_decoder_ids(self.model)
-        import chunk_windows
+        from speaker_asr.patches import chunk_windows
 
         chunk_windows.install(self.model)
         if settings.quantization == "int8":
-            from int8_weights import quantize_decoder
+            from speaker_asr.asr.quantization import quantize_decoder
 
             quantize_decoder(self.model)
         self.fast_lm_head = self.lean_decoder = False
         if settings.generation_speedups:
-            from whisper_speedups import (cache_suppress_masks, fast_dtw, fast_lm_head,
-                                          keep_encoder_on_sdpa)
+            from speaker_asr.patches.whisper import (cache_suppress_masks, fast_dtw, fast_lm_head, keep_encoder_on_sdpa)
 
             keep_encoder_on_sdpa(self.model)
             cache_suppress_masks(self.model)
@@ -200,7 +198,7 @@ class WhisperTranscriber:
                 transformers.logging.set_verbosity(previous)
             _clear_forced_decoder_ids(self.assistant)
             if settings.quantization == "int8":
-                from int8_weights import quantize_decoder
+                from speaker_asr.asr.quantization import quantize_decoder
 
                 quantize_decoder(self.assistant)
             if self.assistant.config.vocab_size != self.model.config.vocab_size:
@@ -287,11 +285,11 @@ class WhisperTranscriber:
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
         if self.fast_lm_head:
-            from whisper_speedups import fast_lm_head_allowed, set_fast_lm_head
+            from speaker_asr.patches.whisper import fast_lm_head_allowed, set_fast_lm_head
 
             set_fast_lm_head(self.model, fast_lm_head_allowed(generate_kwargs))
         started = time.perf_counter()
-        from chunk_windows import one_pass_per_window
+        from speaker_asr.patches.chunk_windows import one_pass_per_window
 
         with torch.inference_mode(), one_pass_per_window(chunked):
             out = self.pipe(

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from alignment import segment_of_each_word
+from speaker_asr.attribution.speakers import segment_of_each_word
 
 MIN_RUN = 4
 MAX_SECONDS = 0.02  # one DTW frame

@@ -1,5 +1,5 @@
 """HTTP server for the handler: the Inference Endpoints custom-handler contract, locally or in a
-container (``python -m cli serve``, or ``uvicorn server:app``).
+container (``python -m speaker_asr serve``, or ``uvicorn speaker_asr.serving.app:app``).
 
 The contract is the one huggingface-inference-toolkit's web service gives a custom handler:
 ``GET /`` and ``GET /health`` answer health checks; ``POST /`` and ``POST /predict`` call
@@ -50,7 +50,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-ROOT = Path(__file__).resolve().parent
+from speaker_asr.errors import RequestError
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository (HF_MODEL_DIR by default)
 
 DEFAULT_HOST = "0.0.0.0"
 DEFAULT_PORT = 8080
@@ -175,7 +177,7 @@ def _route_library_logs() -> None:
 # --------------------------------------------------------------------------- request parsing
 
 
-class RequestError(Exception):
+class HttpError(Exception):
     """An HTTP error answered as ``{"error": message}``."""
 
     def __init__(self, status: int, message: str, headers: Optional[dict] = None):
@@ -264,9 +266,9 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _too_large(limit: int, got: Optional[int] = None) -> RequestError:
+def _too_large(limit: int, got: Optional[int] = None) -> HttpError:
     got_text = f" ({_size(got)})" if got is not None else ""
-    return RequestError(413, f"the request body{got_text} is larger than this server's limit of "
+    return HttpError(413, f"the request body{got_text} is larger than this server's limit of "
                              f"{limit} bytes ({_size(limit)}, MAX_BODY_BYTES); send a shorter or "
                              "compressed recording (FLAC, MP3, Opus), as raw bytes rather than "
                              "base64 JSON (a third larger)")
@@ -282,7 +284,7 @@ async def read_body(request: Request, limit: int) -> bytes:
             if length < 0:
                 raise ValueError
         except ValueError:
-            raise RequestError(400, f"invalid Content-Length header {declared[:40]!r}") from None
+            raise HttpError(400, f"invalid Content-Length header {declared[:40]!r}") from None
         if length > limit:
             raise _too_large(limit, length)
     chunks, total = [], 0
@@ -323,20 +325,20 @@ async def _json_data(body: bytes, query: dict[str, Any]) -> dict[str, Any]:
         # a base64 recording is megabytes of JSON: parse it off the event loop
         data = json.loads(body) if len(body) < 1 << 20 else await run_in_threadpool(json.loads, body)
     except UnicodeDecodeError:
-        raise RequestError(400, "the body is not valid JSON (it is not UTF-8 text); send "
+        raise HttpError(400, "the body is not valid JSON (it is not UTF-8 text); send "
                                 f"{_JSON_SHAPE}, or the audio file with an audio/* Content-Type") from None
     except json.JSONDecodeError as exc:
-        raise RequestError(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
+        raise HttpError(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
                                 f"column {exc.colno}); send {_JSON_SHAPE}") from None
     except RecursionError:  # a few KB of [[[[...]]]] exhaust the parser's stack: a client error
-        raise RequestError(400, f"the JSON body is nested too deeply; send {_JSON_SHAPE}") from None
+        raise HttpError(400, f"the JSON body is nested too deeply; send {_JSON_SHAPE}") from None
     if not isinstance(data, dict):
         kind = {list: "an array", str: "a string", int: "a number", float: "a number",
                 bool: "a boolean", type(None): "null"}.get(type(data), type(data).__name__)
-        raise RequestError(400, f"the JSON body must be an object like {_JSON_SHAPE}, got {kind}")
+        raise HttpError(400, f"the JSON body must be an object like {_JSON_SHAPE}, got {kind}")
     if "inputs" not in data:
         keys = ", ".join(repr(k) for k in list(data)[:10]) or "none"
-        raise RequestError(400, f"the JSON body has no 'inputs' (keys: {keys}); send {_JSON_SHAPE}")
+        raise HttpError(400, f"the JSON body has no 'inputs' (keys: {keys}); send {_JSON_SHAPE}")
     if query:
         parameters = data.get("parameters")
         if parameters is None:
@@ -368,9 +370,9 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
     try:
         form = await replayed.form()
     except HTTPException as exc:
-        raise RequestError(400, f"invalid multipart/form-data body: {exc.detail}") from None
+        raise HttpError(400, f"invalid multipart/form-data body: {exc.detail}") from None
     except Exception as exc:  # python-multipart's MultiPartException and parse errors
-        raise RequestError(400, f"invalid multipart/form-data body: {exc}") from None
+        raise HttpError(400, f"invalid multipart/form-data body: {exc}") from None
     try:
         audio: Optional[bytes] = None
         fields: list[tuple[str, str]] = []
@@ -379,11 +381,11 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
             is_file = not isinstance(value, str)
             if key == "file":
                 if not is_file:
-                    raise RequestError(400, "the 'file' field must be a file upload, e.g. "
+                    raise HttpError(400, "the 'file' field must be a file upload, e.g. "
                                             "curl -F file=@audio.wav")
                 audio = await value.read()
             elif is_file:
-                raise RequestError(400, f"unexpected file field {key!r}: upload the audio as 'file'")
+                raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file'")
             elif key in IGNORED_FORM_FIELDS:
                 continue
             elif key == "parameters":
@@ -392,7 +394,7 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
                 except (ValueError, RecursionError):
                     extra = None
                 if not isinstance(extra, dict):
-                    raise RequestError(400, "the 'parameters' form field must be a JSON object")
+                    raise HttpError(400, "the 'parameters' form field must be a JSON object")
                 parameters.update(extra)
             else:
                 fields.append((key, value))
@@ -401,10 +403,10 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
     # form fields win over the query string, the 'parameters' JSON field over both
     parameters = {**query, **collect_parameters(fields), **parameters}
     if audio is None:
-        raise RequestError(400, "the multipart upload has no 'file' field: send the audio as "
+        raise HttpError(400, "the multipart upload has no 'file' field: send the audio as "
                                 "-F file=@audio.wav (other fields become parameters)")
     if not audio:
-        raise RequestError(400, "the uploaded 'file' is empty")
+        raise HttpError(400, "the uploaded 'file' is empty")
     return {"inputs": audio, "parameters": parameters}
 
 
@@ -413,7 +415,7 @@ _SUPPORTED = ("application/json (" + _JSON_SHAPE + "), audio/* or video/* (the f
 
 
 async def parse_request(request: Request, body: bytes) -> dict[str, Any]:
-    """The handler's ``data`` from the request, or a :class:`RequestError` (400 / 415)."""
+    """The handler's ``data`` from the request, or a :class:`HttpError` (400 / 415)."""
     raw_type = request.headers.get("content-type")
     kind = media_type(raw_type)
     query = query_parameters(request)
@@ -423,21 +425,21 @@ async def parse_request(request: Request, body: bytes) -> dict[str, Any]:
         return await _multipart_data(request, body, query)
     if is_audio_media_type(kind):
         if not body:
-            raise RequestError(400, "the request body is empty: send the audio file's bytes")
+            raise HttpError(400, "the request body is empty: send the audio file's bytes")
         return {"inputs": body, "parameters": query}
     if kind in RAW_MEDIA_TYPES:
         if not body:
-            raise RequestError(400, "the request body is empty: send the audio file's bytes, or "
+            raise HttpError(400, "the request body is empty: send the audio file's bytes, or "
                                     + _JSON_SHAPE)
         if sniff_audio(body):
             return {"inputs": body, "parameters": query}
         if not kind and body.lstrip()[:1] == b"{":
             return await _json_data(body, query)
         described = f"Content-Type {raw_type!r}" if raw_type else "no Content-Type"
-        raise RequestError(415, f"the body ({_size(len(body))}, {described}) is not a recognised "
+        raise HttpError(415, f"the body ({_size(len(body))}, {described}) is not a recognised "
                                 "audio file (WAV, FLAC, MP3, Ogg, MP4/M4A, WebM, AMR); if it is "
                                 "audio, set its Content-Type (e.g. audio/wav). Accepted: " + _SUPPORTED)
-    raise RequestError(415, f"unsupported Content-Type {raw_type!r}; send " + _SUPPORTED)
+    raise HttpError(415, f"unsupported Content-Type {raw_type!r}; send " + _SUPPORTED)
 
 
 # --------------------------------------------------------------------------- the model
@@ -513,7 +515,7 @@ class ModelRunner:
         return 503, {"status": "error", "reason": f"the model failed to load: {self.reason}"}, {}
 
     def precheck(self, data: Any) -> None:
-        """Refuse invalid parameters (ValueError) before the request queues: a typo in
+        """Refuse invalid parameters (RequestError) before the request queues: a typo in
         ``language`` is answered at once instead of after the transcriptions ahead of it. The
         check is the handler's own first step (``InferenceConfig.from_request`` against the loaded
         models' capabilities), so the two cannot disagree; a handler without ``capabilities``
@@ -521,7 +523,7 @@ class ModelRunner:
         capabilities = getattr(self.handler, "capabilities", None)
         if capabilities is None or not isinstance(data, dict):
             return
-        from config import InferenceConfig
+        from speaker_asr.config import InferenceConfig
 
         InferenceConfig.from_request(data.get("parameters"), capabilities)
 
@@ -740,18 +742,16 @@ def _request_info(request: Request) -> dict[str, Any]:
     return request.scope.get("state", {}).get("request_info") or {"request_id": "-"}
 
 
-def _error(request: Request, exc: RequestError) -> JSONResponse:
+def _error(request: Request, exc: HttpError) -> JSONResponse:
     message = scrub(exc.message)
     _request_info(request)["error"] = message
     return JSONResponse({"error": message}, status_code=exc.status, headers=exc.headers)
 
 
 def default_handler_factory() -> Callable[[dict], Any]:
-    """``handler.EndpointHandler`` with the settings from the environment."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+    """``EndpointHandler`` with the settings from the environment."""
     _route_library_logs()
-    from handler import EndpointHandler
+    from speaker_asr.endpoint import EndpointHandler
 
     return EndpointHandler(path=os.environ.get("HF_MODEL_DIR") or str(ROOT))
 
@@ -794,16 +794,16 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         try:
             if not runner.ready:
                 status, body, headers = runner.status()
-                raise RequestError(503, body["reason"], headers)
+                raise HttpError(503, body["reason"], headers)
             body_bytes = await read_body(request, limit)
             data = await parse_request(request, body_bytes)
             del body_bytes
             try:
                 runner.precheck(data)
                 result, queued, ran = await runner.run(data)
-            except ValueError as exc:
-                raise RequestError(400, str(exc) or type(exc).__name__) from None
-        except RequestError as exc:
+            except RequestError as exc:  # the client's mistake; anything else is a 500
+                raise HttpError(400, str(exc) or type(exc).__name__) from None
+        except HttpError as exc:
             return _error(request, exc)
         except ClientDisconnect:
             info["error"] = "the client disconnected before sending the whole body"
@@ -826,7 +826,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = str(exc.detail)
-        return _error(request, RequestError(exc.status_code, message, dict(exc.headers or {})))
+        return _error(request, HttpError(exc.status_code, message, dict(exc.headers or {})))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

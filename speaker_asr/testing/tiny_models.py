@@ -7,7 +7,7 @@ local PLDA and a ``config.yaml`` -- the same layout as ``pyannote/speaker-diariz
 ``config-pyannote3.yaml``, the same pipeline for pyannote.audio 3.x. Built with whichever
 pyannote.audio is installed (3.3 or 4.x), in its own checkpoint format.
 
-Usable as a script too: ``python tests/tiny_models.py OUT_DIR`` writes ``OUT_DIR/{whisper,
+Usable as a script too: ``python -m speaker_asr.testing.tiny_models OUT_DIR`` writes ``OUT_DIR/{whisper,
 whisper.en,assistant,pyannote}``.
 """
 

@@ -1,10 +1,10 @@
 """Command line for the handler.
 
-    python -m cli transcribe FILE [--num-speakers N | --min-speakers N --max-speakers N]
+    python -m speaker_asr transcribe FILE [--num-speakers N | --min-speakers N --max-speakers N]
                                   [--language xx] [--task transcribe|translate] [--assisted]
                                   [--prompt TEXT] [--word-timestamps] [--speaker-names A,B]
                                   [--format FORMAT[,FORMAT...]] [--output PATH | --output-dir DIR]
-    python -m cli serve [--host HOST] [--port PORT]
+    python -m speaker_asr serve [--host HOST] [--port PORT]
 
 ``transcribe`` runs the handler in this process (models from ASR_MODEL, DIARIZATION_MODEL, ...,
 exactly as the endpoint reads them) on one audio file (``-`` reads standard input) and writes the
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from formats import FORMATS, TEXT_FORMATS
+from speaker_asr.formats import FORMATS, TEXT_FORMATS
 
 # file extension of each format when writing into a directory
 EXTENSIONS = {"json": "json", "verbose_json": "json", "diarized_json": "json", "srt": "srt",
@@ -59,7 +59,7 @@ def _format_list(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cli", description="Speaker-attributed speech recognition: transcribe a "
+        prog="python -m speaker_asr", description="Speaker-attributed speech recognition: transcribe a "
         "file in-process or serve the Inference Endpoints HTTP contract.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -127,7 +127,7 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "word_timestamps", False):
         params["return_word_timestamps"] = True
     if args.param:
-        from server import coerce_value
+        from speaker_asr.serving.app import coerce_value
 
         for item in args.param:
             key, sep, value = item.partition("=")
@@ -167,7 +167,7 @@ def requested_formats(args: argparse.Namespace, params: dict[str, Any]) -> list[
 def check_parameters(params: dict[str, Any]) -> None:
     """Refuse what is wrong whatever the model (unknown names, ranges, language codes) before
     spending time on loading; what depends on the model is checked by the handler."""
-    from config import InferenceConfig, ModelCapabilities
+    from speaker_asr.config import InferenceConfig, ModelCapabilities
 
     InferenceConfig.from_request(params, ModelCapabilities(has_assistant=True))
 
@@ -202,7 +202,7 @@ def render_result(response: dict[str, Any], fmt: str, speaker_names: Optional[li
                   task: str) -> dict[str, Any]:
     """What the handler answers for ``response_format=fmt`` (and ``speaker_names``), from its
     plain json ``response``: for writing several formats from one transcription."""
-    from formats import render
+    from speaker_asr.formats import render
 
     if fmt == "json" and not speaker_names:
         return response
@@ -233,7 +233,7 @@ def _write_stdout(text: str) -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    from server import scrub
+    from speaker_asr.serving.app import scrub
 
     print(f"error: {scrub(message)}", file=sys.stderr)
     return code
@@ -256,7 +256,7 @@ def transcribe(args: argparse.Namespace) -> int:
     if not audio:
         return _fail(f"{args.file} is empty", 2)
 
-    from handler import EndpointHandler
+    from speaker_asr.endpoint import EndpointHandler
 
     try:
         handler = EndpointHandler()
@@ -292,7 +292,7 @@ def transcribe(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import server
+    from speaker_asr.serving import app as server
 
     try:
         server.serve(host=args.host, port=args.port)

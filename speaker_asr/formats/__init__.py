@@ -15,6 +15,7 @@ from typing import Any, Optional
 from . import (diarized_json, json_writer, rttm_writer, srt_writer, txt_writer, verbose_json,
                vtt_writer)
 from ._common import apply_speaker_names, validate_speaker_names
+from speaker_asr.errors import RequestError
 
 _WRITERS = {m.NAME: m for m in (json_writer, verbose_json, diarized_json, srt_writer, vtt_writer,
                                 rttm_writer, txt_writer)}
@@ -36,10 +37,10 @@ def render(response: dict, fmt: str, *, speaker_names: Optional[list[str]] = Non
     Raises ValueError for an unknown format or task, bad names, or a response that is not a dict."""
     name = fmt.strip().lower() if isinstance(fmt, str) else None
     if name not in _WRITERS:
-        raise ValueError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
+        raise RequestError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
+        raise RequestError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
     if not isinstance(response, dict):
-        raise ValueError(f"the response to render must be a dict, got {type(response).__name__}")
+        raise RequestError(f"the response to render must be a dict, got {type(response).__name__}")
     names = validate_speaker_names(speaker_names)
     return _WRITERS[name].render(apply_speaker_names(response, names), task=task)

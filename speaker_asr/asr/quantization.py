@@ -9,7 +9,7 @@ bfloat16 (the model is loaded in bfloat16).
 
 The kernel is ``torch._weight_int8pack_mm`` (bfloat16 activations, int8 weights, per-row scales),
 the CPU kernel torchao's weight-only int8 uses. Unlike the float32 default this changes the
-output, as faster-whisper's int8 does: measured WER is in README.md and bench/results.md.
+output, as faster-whisper's int8 does: measured WER is in docs/measurements.md ("Speed, measured") and bench/results.md.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def quantize_decoder(model) -> int:
     head = getattr(model, "proj_out", None)
     if isinstance(head, torch.nn.Linear):
         # the projection shares its weight with the token embedding, which stays for the lookup
-        from whisper_speedups import decision_token_ids
+        from speaker_asr.patches.whisper import decision_token_ids
 
         exact_ids = decision_token_ids(model)
         model.proj_out = Int8Linear(head) if exact_ids is None else Int8Head(head, exact_ids)

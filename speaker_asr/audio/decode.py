@@ -21,13 +21,15 @@ from typing import Optional
 
 import numpy as np
 
+from speaker_asr.errors import RequestError
+
 SAMPLE_RATE = 16_000
 # sample rates a real recording can have (telephony 1-8 kHz up to studio 768 kHz)
 MIN_RATE, MAX_RATE = 1_000, 768_000
 FFMPEG_TIMEOUT_S = 300
 
 
-class AudioDecodeError(ValueError):
+class AudioDecodeError(RequestError):
     """The bytes are not audio we can read; the message says why and what is accepted."""
 
 
@@ -124,7 +126,7 @@ def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
 def decode_audio(data: bytes, max_duration_s: Optional[float] = None) -> np.ndarray:
     """Decode audio file bytes to 16 kHz mono float32 in [-1, 1].
 
-    Raises :class:`AudioDecodeError` (a ``ValueError``) when the bytes are not decodable audio or
+    Raises :class:`AudioDecodeError` (a :class:`~speaker_asr.errors.RequestError`) when the bytes are not decodable audio or
     the audio is longer than ``max_duration_s``.
     """
     if not data:

@@ -11,6 +11,8 @@ import unicodedata
 from bisect import bisect_right
 from typing import Any, Optional, Sequence
 
+from speaker_asr.errors import RequestError
+
 MAX_SPEAKER_NAMES = 32
 
 
@@ -76,18 +78,18 @@ def validate_speaker_names(names: Any) -> list[str]:
     if names is None:
         return []
     if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
-        raise ValueError("speaker_names must be a list of strings, e.g. [\"Alice\", \"Bob\"]")
+        raise RequestError("speaker_names must be a list of strings, e.g. [\"Alice\", \"Bob\"]")
     if len(names) > MAX_SPEAKER_NAMES:
-        raise ValueError(f"speaker_names has {len(names)} names; at most {MAX_SPEAKER_NAMES} are allowed")
+        raise RequestError(f"speaker_names has {len(names)} names; at most {MAX_SPEAKER_NAMES} are allowed")
     clean: list[str] = []
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"speaker_names[{i}] must be a non-empty string, got {name!r}")
+            raise RequestError(f"speaker_names[{i}] must be a non-empty string, got {name!r}")
         if any(unicodedata.category(ch) == "Cc" for ch in name):
-            raise ValueError(f"speaker_names[{i}] must not contain line breaks or control characters")
+            raise RequestError(f"speaker_names[{i}] must not contain line breaks or control characters")
         name = name.strip()
         if name in clean:
-            raise ValueError(f"speaker_names has the name {name!r} twice; names must be unique")
+            raise RequestError(f"speaker_names has the name {name!r} twice; names must be unique")
         clean.append(name)
     return clean
 
@@ -128,7 +130,7 @@ def apply_speaker_names(response: dict, names: Sequence[str]) -> dict:
     kept = {str(s) for s in order[len(names):]}
     clashes = [name for name in mapping.values() if name in kept]
     if clashes:
-        raise ValueError(f"speaker_names: {clashes[0]!r} is also the label of a speaker beyond the "
+        raise RequestError(f"speaker_names: {clashes[0]!r} is also the label of a speaker beyond the "
                          f"{len(names)} named ones; give every speaker a name or pick another name")
 
     def rename(item: Any) -> None:

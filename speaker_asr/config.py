@@ -1,0 +1,365 @@
+"""Every setting and request parameter, typed.
+
+* :class:`ModelSettings` -- what the endpoint loads, read from environment variables when the
+  handler is built (never at import).
+* :class:`InferenceConfig` -- the per-request ``parameters``, validated with messages that say what
+  is wrong and what is allowed. Validation that depends on the loaded models (is there an
+  assistant? is the model English-only?) reads a :class:`ModelCapabilities` passed as context.
+
+No torch import here: this module is pure validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from speaker_asr.errors import RequestError
+
+DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
+DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
+DEFAULT_DIARIZATION_MODEL = "pyannote/speaker-diarization-3.1"
+
+DEFAULT_BATCH_SIZE = 24  # GPU: windows decoded at once for long audio
+# CPU: batching buys little there (the matrix products are already large) while every window in
+# the batch keeps its decoder's cross-attention weights for word timestamps: measured on 10 min
+# of speech with whisper tiny.en, batch 24 peaked 3023 MB above the loaded model, batch 8 1312 MB,
+# with the same words (reliability/long_audio.py --stage asr --param batch_size=N)
+DEFAULT_CPU_BATCH_SIZE = 8
+MAX_BATCH_SIZE = 64
+MAX_CHUNK_LENGTH_S = 30.0
+# shorter windows multiply the decoding work (a window every few samples would run for hours)
+MIN_CHUNK_LENGTH_S = 5.0
+MAX_SPEAKERS = 32
+MAX_PROMPT_CHARS = 800
+
+
+class ModelSettings(BaseSettings):
+    """Environment variables (case-insensitive). Every model setting takes a hub id or a local
+    folder; for the diarization a folder holding ``config.yaml`` or the yaml file itself."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, env_ignore_empty=False)
+
+    asr_model: str = Field(DEFAULT_ASR_MODEL, description="Whisper checkpoint (hub id or folder)")
+    assistant_model: Optional[str] = Field(
+        None, description=f"draft model for speculative decoding, e.g. {DOCUMENTED_ASSISTANT_MODEL}")
+    diarization_model: Optional[str] = Field(
+        DEFAULT_DIARIZATION_MODEL, description="pyannote pipeline; empty disables diarization")
+    hf_token: Optional[SecretStr] = Field(None, description="token for gated/private hub models")
+    device: Optional[str] = Field(None, description="'cuda', 'cuda:1', 'cpu'; default: cuda if available")
+    torch_dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(
+        None, description="default: float16 on GPU, float32 on CPU")
+    quantization: Optional[Literal["int8"]] = Field(
+        None, description="CPU only, opt-in: 'int8' stores the Whisper decoder's weights (and the "
+                          "assistant's) as int8 and runs the model in bfloat16 (int8_weights.py); "
+                          "faster, and like faster-whisper's int8 it changes the output")
+    max_new_tokens: Optional[int] = Field(None, ge=1, le=444,
+                                          description="cap on generated tokens per 30 s window")
+    max_audio_seconds: float = Field(
+        4 * 3600, gt=0, description="longer audio is rejected (checked from the header before "
+                                    "decoding everything)")
+    generation_speedups: bool = Field(
+        True, description="output-preserving Whisper speed fixes (whisper_speedups.py, lean_decoder.py); false runs "
+                          "transformers' stock code paths")
+    diarization_speedups: bool = Field(
+        True, description="pyannote speed fixes (diarization_speedups.py): no speaker embedding for "
+                          "a window's silent speaker slots; on CPU one window per embedding batch; "
+                          "false runs pyannote's own settings")
+    diarization_telemetry: bool = Field(
+        False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
+
+    @field_validator("asr_model")
+    @classmethod
+    def _asr_required(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("ASR_MODEL must name a Whisper model (hub id or local folder)")
+        return v
+
+    @field_validator("assistant_model", "diarization_model", "device", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v):
+        if isinstance(v, str) and not v.strip():
+            return None
+        return v.strip() if isinstance(v, str) else v
+
+    @field_validator("quantization", mode="before")
+    @classmethod
+    def _no_quantization(cls, v):
+        if isinstance(v, str) and v.strip().lower() in ("", "none", "false", "0"):
+            return None
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _quantization_dtype(self) -> "ModelSettings":
+        if self.quantization == "int8" and self.torch_dtype not in (None, "bfloat16"):
+            raise ValueError(
+                f"QUANTIZATION=int8 computes in bfloat16, but TORCH_DTYPE={self.torch_dtype}: "
+                "unset TORCH_DTYPE (or set it to bfloat16), or unset QUANTIZATION")
+        return self
+
+    @field_validator("hf_token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v
+
+    def token(self) -> Optional[str]:
+        return self.hf_token.get_secret_value() if self.hf_token else None
+
+
+@dataclass(frozen=True)
+class ModelCapabilities:
+    """What the loaded models can do; request validation depends on it."""
+
+    has_assistant: bool = False
+    multilingual: bool = True
+    # Whisper language codes the model knows (empty: accept every code Whisper defines)
+    languages: frozenset = field(default_factory=frozenset)
+    has_diarization: bool = True
+    # transformers 4.51's ASR pipeline crashes on Whisper's no-speech detection (5.x works)
+    no_speech_detection: bool = True
+
+
+def _whisper_languages() -> tuple[dict[str, str], dict[str, str]]:
+    """(code -> name, name -> code) as Whisper defines them."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+    return LANGUAGES, TO_LANGUAGE_CODE
+
+
+def normalize_language(value: str, capabilities: ModelCapabilities) -> str:
+    """'en', 'English', 'english', '<|en|>' -> 'en'; raises ValueError naming what is allowed."""
+    codes, names = _whisper_languages()
+    key = value.strip().lower()
+    if key.startswith("<|") and key.endswith("|>"):
+        key = key[2:-2]
+    code = key if key in codes else names.get(key)
+    if code is None:
+        raise ValueError(
+            f"unknown language {value!r}: use a Whisper language code or name, e.g. 'en', 'fr', "
+            f"'german' ({len(codes)} languages: {', '.join(sorted(codes))})")
+    if not capabilities.multilingual and code != "en":
+        raise ValueError(f"language {value!r} is not available: the model is English-only, so only "
+                         "'en' (or no language) is accepted")
+    if capabilities.languages and code not in capabilities.languages:
+        raise ValueError(f"language {value!r} is not supported by this model; it knows: "
+                         f"{', '.join(sorted(capabilities.languages))}")
+    return code
+
+
+class InferenceConfig(BaseModel):
+    """Per-request ``parameters``. Unknown names are errors; types are checked strictly."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    task: Literal["transcribe", "translate"] = "transcribe"
+    language: Optional[str] = Field(None, description="Whisper language code or name; None: detect")
+    batch_size: Optional[int] = Field(
+        None, ge=1, le=MAX_BATCH_SIZE,
+        description=f"30 s windows decoded at once; default {DEFAULT_BATCH_SIZE} on GPU, "
+                    f"{DEFAULT_CPU_BATCH_SIZE} on CPU (1 when assisted)")
+    assisted: Union[bool, Literal["auto"]] = Field(
+        "auto", description="speculative decoding with the assistant model: true, false, or 'auto' "
+                            "(for audio that fits one window: the mode measured faster on this deployment; "
+                            "longer audio: batched plain decoding)")
+    chunk_length_s: float = Field(MAX_CHUNK_LENGTH_S, ge=MIN_CHUNK_LENGTH_S, le=MAX_CHUNK_LENGTH_S,
+                                  description="window length for chunked long-form decoding")
+    long_form: Literal["chunked", "sequential"] = Field(
+        "chunked", description="how audio longer than one window is decoded: 'chunked' (overlapping "
+                               "windows decoded batch_size at a time, each once, and merged), 'sequential' "
+                               "(Whisper's own long-form algorithm: one 30 s window at a time, each "
+                               "starting where the last complete segment ended; works with the "
+                               "assistant). Measured on CPU (bench/results.md): sequential no faster "
+                               "than chunked on 60 s or 10 min, word error rates moving both ways")
+    num_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    min_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
+    return_word_timestamps: bool = Field(False, description="include each chunk's words with times "
+                                                            "(and speakers)")
+    response_format: Literal["json", "verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"] = \
+        Field("json", description="text formats come back as {'format', 'content'}")
+    speaker_names: Optional[list[str]] = Field(
+        None, description="names for the speakers in order of first appearance")
+    hallucination_filter: bool = Field(
+        True, description="remove runs of 4+ words that Whisper wrote with no audio under them "
+                          "(word times of zero length: repeated text after the speech); named in "
+                          "warnings. Needs word times: applies with diarization or "
+                          "return_word_timestamps")
+    vad_filter: bool = Field(True, description="return an empty transcript for audio without speech "
+                                               "(digital silence, or no speech found by the "
+                                               "diarization) instead of Whisper's hallucinations")
+    prompt: Optional[str] = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS,
+                                  description="initial prompt: vocabulary, names, spelling hints")
+    temperature: Union[float, list[float]] = Field(
+        0.0, description="0 = greedy; a list such as [0, 0.2, 0.4] retries a window at the next "
+                         "temperature when a guard below rejects it")
+    compression_ratio_threshold: Optional[float] = Field(
+        None, gt=0, le=100, description="reject a window whose text compresses better than this "
+                                        "(repetition loops); 2.4 is the usual value")
+    logprob_threshold: Optional[float] = Field(
+        None, le=0, ge=-100, description="reject a window whose mean token log-probability is lower; "
+                                         "-1.0 is the usual value")
+    no_speech_threshold: Optional[float] = Field(
+        None, ge=0, le=1, description="with logprob_threshold: treat a window as silence when the "
+                                      "no-speech probability is higher; 0.6 is the usual value")
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> "InferenceConfig":
+        caps: ModelCapabilities = (info.context or {}).get("capabilities") or ModelCapabilities()
+        if self.num_speakers is not None and (self.min_speakers is not None
+                                              or self.max_speakers is not None):
+            raise ValueError("give either num_speakers or min_speakers/max_speakers, not both")
+        if (self.min_speakers is not None and self.max_speakers is not None
+                and self.min_speakers > self.max_speakers):
+            raise ValueError(f"min_speakers ({self.min_speakers}) must not exceed max_speakers "
+                             f"({self.max_speakers})")
+        if self.assisted is True:
+            if not caps.has_assistant:
+                raise ValueError("assisted=true needs an assistant model: set ASSISTANT_MODEL "
+                                 f"(e.g. {DOCUMENTED_ASSISTANT_MODEL}) when starting the endpoint")
+            if self.batch_size is not None and self.batch_size != 1:
+                raise ValueError(f"assisted decoding runs at batch_size 1; got batch_size="
+                                 f"{self.batch_size} (leave it out or set 1)")
+        if not caps.multilingual and self.task == "translate":
+            raise ValueError("task 'translate' is not available: the model is English-only "
+                             "(use a multilingual Whisper model to translate)")
+        temps = self.temperature if isinstance(self.temperature, list) else [self.temperature]
+        if not temps or any(not 0 <= t <= 1 for t in temps) or temps != sorted(temps):
+            raise ValueError(f"temperature must be a number in [0, 1] or a non-empty increasing list "
+                             f"of such numbers, got {self.temperature!r}")
+        if self.no_speech_threshold is not None and not caps.no_speech_detection:
+            raise ValueError("no_speech_threshold is not available on this server: its transformers "
+                             "release cannot run Whisper's no-speech detection in the ASR pipeline "
+                             "(it needs transformers 5); vad_filter (on by default) handles silence")
+        if self.no_speech_threshold is not None and self.logprob_threshold is None:
+            raise ValueError("no_speech_threshold works together with logprob_threshold: set both "
+                             "(e.g. 0.6 and -1.0)")
+        if self.long_form == "sequential":
+            if self.batch_size is not None and self.batch_size != 1:
+                raise ValueError(f"long_form 'sequential' decodes one window at a time; got batch_size="
+                                 f"{self.batch_size} (leave it out, or use long_form 'chunked')")
+            if self.chunk_length_s != MAX_CHUNK_LENGTH_S:
+                raise ValueError(f"long_form 'sequential' uses Whisper's own {MAX_CHUNK_LENGTH_S:g} s "
+                                 f"window; got chunk_length_s={self.chunk_length_s:g} (leave it out, "
+                                 "or use long_form 'chunked')")
+        if self.assisted is True and temps[0] != 0:
+            raise ValueError("assisted decoding is greedy: the first temperature must be 0")
+        if self.speaker_names is not None:
+            from speaker_asr.formats import validate_speaker_names
+
+            validate_speaker_names(self.speaker_names)
+        if self.language is not None:
+            code = normalize_language(self.language, caps)
+            object.__setattr__(self, "language", code)
+        return self
+
+    def assist_eligible(self, duration_s: float, has_assistant: bool) -> bool:
+        """Whether assisted and plain decoding are interchangeable for this request: an
+        assistant is loaded, the audio fits one window (assisted decoding runs at batch 1, so for
+        longer audio batched windows win: measured on an A10 with large-v3 + distil-large-v3,
+        assisted took 327 ms vs 784 ms plain on 8 s, but 4.15 s vs 3.48 s on 60 s), decoding is
+        greedy and no batch size above 1 was asked for. With ``long_form='sequential'`` both run
+        one window at a time, so any length is eligible."""
+        first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
+        fits = duration_s <= self.chunk_length_s or self.long_form == "sequential"
+        return (has_assistant and fits and first_temperature == 0 and self.batch_size in (None, 1))
+
+    def use_assistant(self, duration_s: float, has_assistant: bool) -> bool:
+        """Whether to decode with the assistant. ``auto``: when :meth:`assist_eligible` (the
+        transcriber then lets :class:`assist_policy.AssistPolicy` pick the measured faster mode)."""
+        if self.assisted is True:
+            return True
+        if self.assisted is False or not has_assistant:
+            return False
+        return self.assist_eligible(duration_s, has_assistant)
+
+    def batch_size_for(self, assisted: bool, default: int = DEFAULT_BATCH_SIZE) -> int:
+        """The batch size asked for, else 1 when assisted, else ``default`` (the device's)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return 1 if assisted else default
+
+    @classmethod
+    def from_request(cls, parameters: Any, capabilities: ModelCapabilities) -> "InferenceConfig":
+        """Validate ``data["parameters"]``; raises ValueError with a user-facing message."""
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):
+            raise RequestError(f"'parameters' must be a JSON object, got {type(parameters).__name__}")
+        try:
+            return cls.model_validate(parameters, context={"capabilities": capabilities})
+        except ValidationError as exc:
+            raise RequestError(describe_validation_error(exc)) from None
+
+
+_ALLOWED_TEXT = {
+    "temperature": "a number in [0, 1] or an increasing list of such numbers",
+    "speaker_names": 'a list of strings, e.g. ["Alice", "Bob"]',
+    "prompt": f"a string of 1 to {MAX_PROMPT_CHARS} characters",
+    "language": "a Whisper language code or name, e.g. 'en' or 'french'",
+}
+
+
+def _allowed(name: str) -> str:
+    if name in _ALLOWED_TEXT:
+        return _ALLOWED_TEXT[name]
+    f = InferenceConfig.model_fields[name]
+    ann = f.annotation
+    hints = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    args = getattr(ann, "__args__", ())
+    base = next((a for a in (ann, *args) if a in hints), None)
+    text = hints.get(base, "")
+    literals = [x for a in args if getattr(a, "__origin__", None) is Literal for x in a.__args__]
+    if base is bool and literals:
+        return "true, false or " + " or ".join(repr(x) for x in literals)
+    bounds = []
+    for m in f.metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                bounds.append(f"{sym} {getattr(m, attr)}")
+    if bounds:
+        text += " " + " and ".join(bounds)
+    if getattr(ann, "__origin__", None) is Literal:
+        text = " or ".join(repr(a) for a in ann.__args__)
+    for a in args:
+        if getattr(a, "__origin__", None) is Literal:
+            text = " or ".join(repr(x) for x in a.__args__)
+    return text.strip()
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable sentence per problem, naming the parameter and what is allowed."""
+    known = sorted(InferenceConfig.model_fields)
+    messages: list[str] = []
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        loc = err.get("loc", ())
+        name = str(loc[0]) if loc else ""
+        kind = err.get("type", "")
+        if name in seen:  # a union reports once per member: one message per parameter
+            continue
+        seen.add(name)
+        if kind == "extra_forbidden":
+            import difflib
+
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            messages.append(f"unknown parameter {name!r}{hint}; allowed parameters: {', '.join(known)}")
+        elif not name:  # model-level rule
+            messages.append(err.get("msg", "").removeprefix("Value error, "))
+        elif name in InferenceConfig.model_fields and kind != "value_error":
+            messages.append(f"invalid value for {name!r}: {_shown(err.get('input'))}; "
+                            f"expected {_allowed(name)}")
+        else:
+            messages.append(f"invalid value for {name!r}: "
+                            f"{err.get('msg', '').removeprefix('Value error, ')}")
+    return "; ".join(messages)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

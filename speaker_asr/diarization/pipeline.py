@@ -1,0 +1,171 @@
+"""pyannote.audio speaker diarization: loading (4.x, and 3.3.x -- what the default Inference
+Endpoints image's torch 2.5 takes) and one run on the in-memory waveform.
+
+torch and pyannote are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from speaker_asr.attribution.speakers import Turn, exclusive_turns
+from speaker_asr.audio.decode import SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
+
+# repositories whose conditions must be accepted on the hub for each known pipeline
+GATED_REPOS = {
+    "pyannote/speaker-diarization-3.1": ["pyannote/speaker-diarization-3.1", "pyannote/segmentation-3.0"],
+    "pyannote/speaker-diarization-3.0": ["pyannote/speaker-diarization-3.0", "pyannote/segmentation-3.0"],
+    "pyannote/speaker-diarization-community-1": ["pyannote/speaker-diarization-community-1"],
+}
+
+
+def configure_pyannote_telemetry(enabled: bool) -> None:
+    """pyannote.audio 4 sends usage metrics unless told not to. Set before the first import, and
+    again through its API in case it was imported already."""
+    os.environ["PYANNOTE_METRICS_ENABLED"] = "true" if enabled else "false"
+    try:
+        from pyannote.audio.telemetry import set_telemetry_metrics
+
+        set_telemetry_metrics(enabled)
+    except Exception:  # pyannote 3.x has no telemetry
+        pass
+
+
+def _local_pipeline_path(model: str) -> Optional[Path]:
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.yaml").is_file():
+            raise RuntimeError(f"DIARIZATION_MODEL={model} is a folder without config.yaml")
+        return path
+    if path.is_file():
+        return path
+    if model.endswith((".yaml", ".yml")) or model.startswith((".", "/", "~")):
+        raise RuntimeError(f"DIARIZATION_MODEL={model}: no such file or folder")
+    return None
+
+
+def pyannote_major() -> int:
+    """The installed pyannote.audio's major version (3 on the default Endpoints image's torch 2.5,
+    4 where torch >= 2.8)."""
+    from pyannote.audio import __version__
+
+    return int(str(__version__).split(".")[0])
+
+
+def pyannote3_config(path: Path) -> str:
+    """The pipeline file pyannote.audio 3.x loads for a local ``path``.
+
+    3.x takes only a yaml file (a folder would be read as a hub id), resolves no ``$model/`` in it
+    and knows no ``plda`` parameter (4.x's 3.1-recipe folders name one; the 3.1 recipe's clustering
+    never reads it). A folder's ``config-pyannote3.yaml`` is used as it is; else its
+    ``config.yaml`` (or the yaml file given), rewritten to a temporary file where it uses either
+    4.x feature."""
+    if path.is_dir():
+        own = path / "config-pyannote3.yaml"
+        if own.is_file():
+            return str(own)
+        path = path / "config.yaml"
+    import tempfile
+
+    import yaml
+
+    config_file = path
+    text = config_file.read_text()
+    config = yaml.safe_load(text.replace("$model/", f"{path.parent.resolve()}/"))
+    params = (config.get("pipeline") or {}).get("params") or {}
+    if "$model/" not in text and "plda" not in params:
+        return str(config_file)
+    params.pop("plda", None)
+    for name in ("segmentation", "embedding"):  # 4.x names a model's folder, 3.x its checkpoint
+        if isinstance(params.get(name), str) and (Path(params[name]) / "pytorch_model.bin").is_file():
+            params[name] = str(Path(params[name]) / "pytorch_model.bin")
+    config.pop("dependencies", None)
+    folder = Path(tempfile.mkdtemp(prefix="pyannote3-pipeline-"))
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return str(folder / "config.yaml")
+
+
+def _gated_message(model: str, reason: str = "") -> str:
+    repos = GATED_REPOS.get(model, [model])
+    accept = ", ".join(f"https://hf.co/{r}" for r in repos)
+    return (f"could not load the diarization pipeline {model!r}{': ' + reason if reason else ''}. "
+            f"It is gated: accept its conditions on the hub ({accept}) with the account whose "
+            "token you use, and set HF_TOKEN to a valid read token (or set DIARIZATION_MODEL to a "
+            "local pipeline folder, or to an empty value to disable diarization)")
+
+
+def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
+                              speedups: bool = True):
+    """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
+    file; on ``device``, with the speed fixes of :mod:`diarization_speedups` unless ``speedups``
+    is false. Fails with a message naming what to accept and set -- never the token."""
+    configure_pyannote_telemetry(telemetry)
+    from pyannote.audio import Pipeline
+
+    local = _local_pipeline_path(model)
+    source = str(local) if local else model
+    if local is not None and pyannote_major() < 4:
+        source = pyannote3_config(local)
+    params = inspect.signature(Pipeline.from_pretrained).parameters
+    auth = {"token": token} if "token" in params else {"use_auth_token": token}
+    try:
+        pipeline = Pipeline.from_pretrained(source, **auth)
+    except Exception as exc:  # hub errors (gated, missing, offline) and bad local files
+        reason = f"{type(exc).__name__}: {exc}"
+        if token:
+            reason = reason.replace(token, "<HF_TOKEN>")
+        if local:
+            raise RuntimeError(f"could not load the diarization pipeline from {source}: {reason}") from None
+        raise RuntimeError(_gated_message(model, reason.splitlines()[0][:300])) from None
+    if pipeline is None:  # pyannote returns None when a gated download is refused
+        raise RuntimeError(_gated_message(model))
+    if device is not None:
+        import torch
+
+        pipeline.to(torch.device(device))
+    if speedups:
+        from speaker_asr.patches.diarization import apply_speedups
+
+        applied = apply_speedups(pipeline, device)
+        logger.info("diarization speed fixes: %s", ", ".join(applied) or "none applied")
+    return pipeline
+
+
+@dataclass
+class Diarization:
+    turns: list[Turn] = field(default_factory=list)
+    # pyannote 4's turns without overlapping speech, meant for aligning with a transcript
+    exclusive_turns: Optional[list[Turn]] = None
+
+
+def _annotation_turns(annotation) -> list[Turn]:
+    return [Turn(float(seg.start), float(seg.end), str(label))
+            for seg, _, label in annotation.itertracks(yield_label=True)]
+
+
+def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
+            min_speakers: Optional[int] = None, max_speakers: Optional[int] = None) -> Diarization:
+    """Run the pipeline on the in-memory waveform (no second decode, no resampling mismatch)."""
+    import torch
+
+    kwargs = {k: v for k, v in (("num_speakers", num_speakers), ("min_speakers", min_speakers),
+                                ("max_speakers", max_speakers)) if v is not None}
+    waveform = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None]
+    with torch.inference_mode():
+        output = pipeline({"waveform": waveform, "sample_rate": SAMPLE_RATE}, **kwargs)
+    if hasattr(output, "speaker_diarization"):  # pyannote.audio 4.x DiarizeOutput
+        exclusive = getattr(output, "exclusive_speaker_diarization", None)
+        return Diarization(_annotation_turns(output.speaker_diarization),
+                           _annotation_turns(exclusive) if exclusive is not None else None)
+    # pyannote.audio 3.x: an Annotation, without an exclusive diarization: derived from its turns
+    turns = _annotation_turns(output)
+    return Diarization(turns, exclusive_turns(turns))

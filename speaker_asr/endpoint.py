@@ -1,0 +1,138 @@
+"""Inference Endpoints custom handler: who said what, when.
+
+The Endpoints loader imports this file from the repository root and calls
+``EndpointHandler(path)(data)``. This module only orchestrates: load once, validate, decode once,
+transcribe + diarize, align.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Optional
+
+import numpy as np
+
+from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.config import InferenceConfig, ModelSettings
+from speaker_asr.formats import render
+from speaker_asr.attribution.response import build_response, rename_speakers
+from speaker_asr.diarization.pipeline import configure_pyannote_telemetry, diarize, load_diarization_pipeline
+from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
+from speaker_asr.errors import RequestError
+
+logger = logging.getLogger("handler")
+
+# peak amplitude below which audio is digital silence (-80 dBFS)
+SILENCE_PEAK = 1e-4
+
+
+class EndpointHandler:
+    def __init__(self, path: str = "", settings: Optional[ModelSettings] = None):
+        # settings come from the environment now, when the endpoint starts -- not at import
+        self.settings = settings or ModelSettings()
+        configure_pyannote_telemetry(self.settings.diarization_telemetry)
+
+        from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+
+        started = time.perf_counter()
+        self.device, self.dtype = resolve_device(self.settings)
+        self.asr = WhisperTranscriber(self.settings, self.device, self.dtype)
+        self.diarization = None
+        if self.settings.diarization_model:
+            self.diarization = load_diarization_pipeline(
+                self.settings.diarization_model, self.settings.token(), self.device,
+                telemetry=self.settings.diarization_telemetry,
+                speedups=self.settings.diarization_speedups)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization")
+        # one request at a time: the models, the assistant policy and the diarization worker are
+        # shared state (the Endpoints toolkit serialises calls too; a caller's own threads may not)
+        self._lock = threading.Lock()
+        self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
+        logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s%s)",
+                    time.perf_counter() - started, self.settings.asr_model,
+                    self.settings.assistant_model, self.settings.diarization_model, self.device,
+                    str(self.dtype).removeprefix("torch."),
+                    f" quantization={self.settings.quantization}" if self.settings.quantization else "")
+
+    def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
+        """One request. A mistake in it raises :class:`~speaker_asr.errors.RequestError` (answer
+        400 with its message); anything else is the server's fault."""
+        if not isinstance(data, dict):
+            raise RequestError("the request must be a JSON object with 'inputs' (base64 audio) and "
+                               "optional 'parameters'")
+        with self._lock:
+            return self._call(data)
+
+    def _call(self, data: dict[str, Any]) -> dict[str, Any]:
+        data = unwrap_json_body(data)
+        config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
+        audio = preprocess_inputs(data.get("inputs"), max_duration_s=self.settings.max_audio_seconds)
+        duration = len(audio) / SAMPLE_RATE
+        diarized = self.diarization is not None
+        silent = duration == 0 or (config.vad_filter and float(np.max(np.abs(audio))) < SILENCE_PEAK)
+        if silent:  # nothing to transcribe: Whisper would only make something up ("Thank you.")
+            return self._render(build_response(
+                "", [], [] if diarized else None, duration,
+                "en" if not self.capabilities.multilingual else config.language), config)
+
+        # diarization runs beside the ASR (torch releases the GIL), so a request costs about the
+        # longer of the two rather than their sum
+        pending = self._pool.submit(
+            diarize, self.diarization, audio, num_speakers=config.num_speakers,
+            min_speakers=config.min_speakers, max_speakers=config.max_speakers) if diarized else None
+        try:
+            # word timestamps drive speaker attribution; without diarization only when asked for
+            asr = self.asr.transcribe(audio, config,
+                                      word_timestamps=diarized or config.return_word_timestamps)
+        finally:
+            result, error = self._diarization_result(pending)
+        turns, extra = None, {}
+        warnings = [f"removed {len(run.split())} words Whisper wrote with no audio under them "
+                    f"(a repetition after the speech): {run!r} (set hallucination_filter=false "
+                    "to keep them)" for run in asr.dropped]
+        if diarized and error is None:
+            # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
+            turns = rename_speakers(result.exclusive_turns if result.exclusive_turns is not None
+                                    else result.turns)
+            if not turns and not result.turns and config.vad_filter and asr.text.strip():
+                # the diarization's segmentation model heard no speech anywhere: what Whisper
+                # wrote is a hallucination on noise or music. Say what was dropped.
+                warnings.append(f"no speech detected; dropped the transcript {asr.text.strip()!r} "
+                                "(set vad_filter=false to keep it)")
+                asr.text, asr.chunks, asr.words = "", [], ([] if asr.words is not None else None)
+        elif diarized:
+            # the transcript is still worth returning: say plainly that speakers are missing
+            turns = []
+            warnings.append(f"speaker diarization failed ({error}); the transcript has no speakers")
+        if warnings:
+            extra["warnings"] = warnings
+        words = [(w.text, w.start, w.end) for w in asr.words] if asr.words is not None else None
+        return self._render(build_response(
+            asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns, duration, asr.language,
+            words=words, return_words=config.return_word_timestamps, extra=extra), config)
+
+    @staticmethod
+    def _diarization_result(pending: Optional[Future]):
+        """(Diarization, None) or (None, short reason) -- never raises for a diarization fault."""
+        if pending is None:
+            return None, None
+        try:
+            return pending.result(), None
+        except Exception as exc:  # a fault in the model, not in the request: keep the transcript
+            logger.exception("diarization failed")
+            return None, type(exc).__name__
+
+    @staticmethod
+    def _render(response: dict[str, Any], config: InferenceConfig) -> dict[str, Any]:
+        if config.response_format == "json" and not config.speaker_names:
+            return response
+        out = render(response, config.response_format, speaker_names=config.speaker_names,
+                     task=config.task)
+        # text formats travel as {"format", "content"}; the audio length stays visible (metrics)
+        out.setdefault("duration", response["duration"])
+        if response.get("warnings"):
+            out.setdefault("warnings", response["warnings"])
+        return out

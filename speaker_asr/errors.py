@@ -1,0 +1,12 @@
+"""The error that is the client's to fix.
+
+:class:`RequestError` marks a mistake in the request -- its audio, its ``inputs`` or its
+parameters -- with a message that says what is wrong and what is allowed. Servers answer it
+``400`` with that message; any other exception is the server's fault and is answered ``500``
+without its text (it can hold paths, tokens or library internals). It is a ``ValueError``, so
+code that catches those (the Inference Endpoints toolkit answers everything ``400``) still works.
+"""
+
+
+class RequestError(ValueError):
+    """A mistake in the request; ``str(error)`` is safe and useful to send back."""

@@ -1,0 +1,166 @@
+"""Every change this project makes to transformers' or pyannote's internals, in one place.
+
+Each :class:`Patch` says what it targets (the Whisper model, the assistant, the diarization
+pipeline), whether it can change the output or only the speed, which library versions it
+supports, and how it is installed. :func:`install` applies a target's patches in the fixed order
+of :data:`PATCHES` and returns one :class:`PatchResult` per patch -- applied, or skipped and why
+-- which the handler logs at load and shows in ``/health`` and ``/metrics``. Everything is
+decided at load: no patch changes a model's state per request.
+
+``GENERATION_SPEEDUPS=false`` skips every Whisper/assistant patch (transformers' stock code
+paths, output included); ``DIARIZATION_SPEEDUPS=false`` every diarization patch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional
+
+# an install function returns None when it applied, else the reason it did not
+Install = Callable[[Any, dict], Optional[str]]
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    target: str  # "whisper" | "assistant" | "diarization"
+    changes_output: bool  # False: checked output-identical to the stock path, speed only
+    versions: str  # the library versions it supports, in words
+    install: Install
+    summary: str
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    name: str
+    target: str
+    applied: bool
+    reason: str  # why it was skipped; "" when applied
+    changes_output: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _transformers_version():
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__)
+
+
+def _chunk_windows(model, context: dict) -> Optional[str]:
+    from packaging.version import Version
+
+    from speaker_asr.patches import chunk_windows
+
+    if _transformers_version() < Version("4.52"):
+        return "transformers 4.51 decodes each chunked window once already"
+    return None if chunk_windows.install(model) else "transformers' segment splitter takes other arguments"
+
+
+def _keep_encoder_on_sdpa(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches.whisper import keep_encoder_on_sdpa
+
+    return None if keep_encoder_on_sdpa(model) else "the model is not on SDPA attention"
+
+
+def _cache_suppress_masks(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches.whisper import cache_suppress_masks
+
+    return None if cache_suppress_masks(model) else "the model builds no Whisper logits processors"
+
+
+def _fast_dtw(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches.whisper import fast_dtw
+
+    return None if fast_dtw(model) else "transformers has no _dynamic_time_warping to replace"
+
+
+def _fast_lm_head(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches.whisper import fast_lm_head
+
+    return fast_lm_head(model)
+
+
+def _cache_processor_signatures(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches.whisper import cache_processor_signatures
+
+    return None if cache_processor_signatures(model) else "the model has no generation hook to wrap"
+
+
+def _lean_decoder(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches import lean_decoder
+
+    if not lean_decoder._supported():
+        return "transformers 4.x: its decoder step is not the one lean_forward mirrors"
+    return None if lean_decoder.install(model) else "its probe output differs from this transformers'"
+
+
+def _skip_silent_embeddings(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import skip_silent_embeddings
+
+    return None if skip_silent_embeddings(pipeline) else (
+        "the clustering assigns a window's speakers jointly and the embedding does not return "
+        "NaN for silence (or the pipeline has no embedding model)")
+
+
+def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import cpu_embedding_batch
+
+    device = context.get("device")
+    if device is not None and str(device).split(":")[0] != "cpu":
+        return f"the pipeline runs on {device}"
+    return None if cpu_embedding_batch(pipeline, device) else "the pipeline has no embedding batch size"
+
+
+_TRANSFORMERS = "transformers 4.51-4.57 and 5.x"
+PATCHES: tuple[Patch, ...] = (
+    Patch("chunk_windows", "whisper", True, "transformers >= 4.52 (4.57, 5.x)", _chunk_windows,
+          "one decoding pass per chunked window, as transformers 4.51 does (newer releases decode an "
+          "unfinished window's tail twice)"),
+    Patch("keep_encoder_on_sdpa", "whisper", False, _TRANSFORMERS, _keep_encoder_on_sdpa,
+          "the encoder keeps SDPA attention and returns no attention weights when word timestamps "
+          "switch the decoder to eager attention"),
+    Patch("cache_suppress_masks", "whisper", False, _TRANSFORMERS, _cache_suppress_masks,
+          "suppress-token masks built once per processor instead of at every step"),
+    Patch("fast_dtw", "whisper", False, _TRANSFORMERS, _fast_dtw,
+          "word-timestamp dynamic time warping by anti-diagonals and the median filter by a "
+          "sorting network (same path, same values)"),
+    Patch("fast_lm_head", "whisper", False, _TRANSFORMERS + ", CPU float32, native bfloat16", _fast_lm_head,
+          "the vocabulary projection in bfloat16 with a float32 recompute of every logit that can "
+          "decide the greedy token"),
+    Patch("cache_processor_signatures", "whisper", False, _TRANSFORMERS, _cache_processor_signatures,
+          "the logits-processor list looks each processor's signature up once"),
+    Patch("lean_decoder", "whisper", False, "transformers 5.x", _lean_decoder,
+          "the decoder step without transformers' per-call machinery (bit-identical, probed at load)"),
+    Patch("cache_processor_signatures", "assistant", False, _TRANSFORMERS, _cache_processor_signatures,
+          "as for the main model"),
+    Patch("lean_decoder", "assistant", False, "transformers 5.x", _lean_decoder, "as for the main model"),
+    Patch("skip_silent_embeddings", "diarization", False, "pyannote.audio 3.3 and 4.x",
+          _skip_silent_embeddings, "no speaker embedding for a window's silent speaker slots"),
+    Patch("cpu_embedding_batch", "diarization", False, "pyannote.audio 3.3 and 4.x", _cpu_embedding_batch,
+          "on CPU one window per embedding batch instead of 32"),
+)
+
+
+def install(target: str, obj: Any, enabled: bool, **context: Any) -> list[PatchResult]:
+    """Apply ``target``'s patches to ``obj`` in their fixed order (none when ``enabled`` is
+    false); one result per patch."""
+    results = []
+    for patch in PATCHES:
+        if patch.target != target:
+            continue
+        if not enabled:
+            reason = ("DIARIZATION_SPEEDUPS=false" if target == "diarization"
+                      else "GENERATION_SPEEDUPS=false")
+        else:
+            reason = patch.install(obj, context)
+        results.append(PatchResult(patch.name, target, reason is None, reason or "", patch.changes_output))
+    return results
+
+
+def describe(results: list[PatchResult]) -> str:
+    """One log line: ``target.name`` applied, or skipped (why)."""
+    return "; ".join(f"{r.target}.{r.name}: " + ("applied" if r.applied else f"skipped ({r.reason})")
+                     for r in results)
