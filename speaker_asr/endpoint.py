@@ -51,6 +51,11 @@ class EndpointHandler:
         # shared state (the Endpoints toolkit serialises calls too; a caller's own threads may not)
         self._lock = threading.Lock()
         self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
+        # what was changed in transformers' and pyannote's internals: logged, in /health and /metrics
+        from speaker_asr.patches.registry import describe
+
+        self.patch_report = self.asr.patch_report + list(getattr(self.diarization, "patch_report", []))
+        logger.info("patches: %s", describe(self.patch_report))
         logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s%s)",
                     time.perf_counter() - started, self.settings.asr_model,
                     self.settings.assistant_model, self.settings.diarization_model, self.device,

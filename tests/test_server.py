@@ -191,8 +191,14 @@ def test_health_is_503_while_loading_then_ok(servers):
     assert loading[0]["status"] == "loading" and "loading" in loading[0]["reason"]
     for path in ("/health", "/"):
         r = servers.main.get(path)
-        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert r.status_code == 200 and r.json()["status"] == "ok"
         assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
+    # which library internals the server changed at load, and why the others not
+    patches = {(p["target"], p["name"]): p for p in r.json()["patches"]}
+    from speaker_asr.patches.registry import PATCHES
+
+    assert set(patches) == {(p.target, p.name) for p in PATCHES}
+    assert all(p["applied"] or p["reason"] for p in patches.values())
 
 
 def test_json_base64_with_parameters(servers, clip):
@@ -396,6 +402,7 @@ def test_metrics_after_requests(servers):
         assert m[f'asr_http_requests_total{{method="POST",path="{path}",code="{code}"}}'] >= 1, (path, code)
     assert m['asr_http_requests_total{method="GET",path="/health",code="200"}'] >= 1
     assert m['asr_http_requests_total{method="GET",path="other",code="404"}'] >= 1
+    assert m['asr_patch_applied{target="whisper",name="fast_dtw",changes_output="false"}'] == 1
     assert m["asr_audio_seconds_total"] >= 2.0 * 4 + 12.0  # four 2 s clips and the 12 s one
     count = m["asr_request_duration_seconds_count"]
     assert count >= 10 and m['asr_request_duration_seconds_bucket{le="+Inf"}'] == count

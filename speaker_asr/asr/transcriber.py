@@ -102,17 +102,6 @@ def _clear_forced_decoder_ids(model) -> None:
         gen.forced_decoder_ids = None
 
 
-def _lean_generation(model) -> bool:
-    """The output-preserving speed-ups that apply to the main model and the assistant alike: the
-    processor list without per-step signature lookups and the lean decoder step. Returns whether
-    the lean decoder applied."""
-    from speaker_asr.patches import lean_decoder
-    from speaker_asr.patches.whisper import cache_processor_signatures
-
-    cache_processor_signatures(model)
-    return lean_decoder.install(model)
-
-
 def resolve_device(settings: ModelSettings):
     """(torch.device, torch.dtype): GPU + float16 when available, else CPU + float32, unless the
     settings say otherwise."""
@@ -162,22 +151,18 @@ class WhisperTranscriber:
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
         _clear_forced_decoder_ids(self.model)
-        from speaker_asr.patches import chunk_windows
-
-        chunk_windows.install(self.model)
         if settings.quantization == "int8":
             from speaker_asr.asr.quantization import quantize_decoder
 
             quantize_decoder(self.model)
-        self.fast_lm_head = self.lean_decoder = False
-        if settings.generation_speedups:
-            from speaker_asr.patches.whisper import (cache_suppress_masks, fast_dtw, fast_lm_head, keep_encoder_on_sdpa)
+        # every change to transformers' internals, in a fixed order, decided here once
+        # (patches/registry.py); GENERATION_SPEEDUPS=false leaves transformers' stock code
+        from speaker_asr.patches import registry
 
-            keep_encoder_on_sdpa(self.model)
-            cache_suppress_masks(self.model)
-            fast_dtw(self.model)
-            self.fast_lm_head = fast_lm_head(self.model)
-            self.lean_decoder = _lean_generation(self.model)
+        self.patch_report = registry.install("whisper", self.model, settings.generation_speedups)
+        applied = {r.name for r in self.patch_report if r.applied}
+        self.fast_lm_head = "fast_lm_head" in applied
+        self.lean_decoder = "lean_decoder" in applied
         gen = self.model.generation_config
         self.multilingual = bool(getattr(gen, "is_multilingual", False)) and bool(
             getattr(gen, "lang_to_id", None))
@@ -212,8 +197,8 @@ class WhisperTranscriber:
                     f"ASSISTANT_MODEL {settings.assistant_model} expects encoder states of size "
                     f"{self.assistant.config.d_model}, ASR_MODEL has {self.model.config.d_model}: "
                     "the assistant must be distilled from the main model (same encoder)")
-            if settings.generation_speedups:
-                _lean_generation(self.assistant)
+            self.patch_report += registry.install("assistant", self.assistant,
+                                                  settings.generation_speedups)
 
         self.pipe = pipeline(
             "automatic-speech-recognition", model=self.model, tokenizer=self.processor.tokenizer,
@@ -284,14 +269,14 @@ class WhisperTranscriber:
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
-        if self.fast_lm_head:
-            from speaker_asr.patches.whisper import fast_lm_head_allowed, set_fast_lm_head
-
-            set_fast_lm_head(self.model, fast_lm_head_allowed(generate_kwargs))
         started = time.perf_counter()
         from speaker_asr.patches.chunk_windows import one_pass_per_window
+        from speaker_asr.patches.whisper import fast_lm_head_allowed, fast_lm_head_scope
 
-        with torch.inference_mode(), one_pass_per_window(chunked):
+        # request-scoped (this thread), never model state: the bfloat16 projection only for
+        # greedy decoding that reads no probabilities
+        with torch.inference_mode(), one_pass_per_window(chunked), \
+                fast_lm_head_scope(fast_lm_head_allowed(generate_kwargs)):
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
                 **window,

@@ -132,11 +132,11 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
         import torch
 
         pipeline.to(torch.device(device))
-    if speedups:
-        from speaker_asr.patches.diarization import apply_speedups
+    from speaker_asr.patches import registry
 
-        applied = apply_speedups(pipeline, device)
-        logger.info("diarization speed fixes: %s", ", ".join(applied) or "none applied")
+    # the speed fixes (patches/registry.py), decided once here; the report stays with the pipeline
+    pipeline.patch_report = registry.install("diarization", pipeline, speedups, device=device)
+    logger.info("diarization patches: %s", registry.describe(pipeline.patch_report))
     return pipeline
 
 

@@ -48,17 +48,6 @@ def _zero_mask_gives_nan(embedding) -> bool:
 CPU_EMBEDDING_BATCH_SIZE = 1
 
 
-def apply_speedups(pipeline, device=None) -> list[str]:
-    """Both fixes where they apply (``device``: where the pipeline runs; None means CPU).
-    Returns the names of those applied, for the load log."""
-    applied = []
-    if skip_silent_embeddings(pipeline):
-        applied.append("skip_silent_embeddings")
-    if cpu_embedding_batch(pipeline, device):
-        applied.append(f"embedding_batch_size={CPU_EMBEDDING_BATCH_SIZE}")
-    return applied
-
-
 def cpu_embedding_batch(pipeline, device=None) -> bool:
     """One window per embedding batch when the pipeline runs on CPU. Returns whether it applied."""
     if device is not None and str(device).split(":")[0] != "cpu":

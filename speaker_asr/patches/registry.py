@@ -80,7 +80,7 @@ def _fast_dtw(model, context: dict) -> Optional[str]:
 def _fast_lm_head(model, context: dict) -> Optional[str]:
     from speaker_asr.patches.whisper import fast_lm_head
 
-    return fast_lm_head(model)
+    return fast_lm_head(model)  # None, or why not
 
 
 def _cache_processor_signatures(model, context: dict) -> Optional[str]:

@@ -29,7 +29,7 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
   decoding picks its token from these (Whisper's logits processors only mask whole blocks of text
   tokens or subsets of the special ones), so the choice is the float32 one. Used only for greedy
   requests that read no probabilities (no sampling, no logprob or no-speech threshold), and only
-  where a load-time measurement shows bfloat16 faster on this CPU.
+  where the CPU computes bfloat16 natively (AVX512-BF16 or AMX; emulated bfloat16 is slower).
 * ``fast_dtw``: word timestamps align tokens to audio frames by dynamic time warping, which
   transformers runs as a Python double loop over tokens x frames (0.1 s for 100 tokens x 1500
   frames, per window). :func:`dynamic_time_warping` fills the same cost matrix one anti-diagonal
@@ -44,6 +44,7 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -203,7 +204,8 @@ class _FastHead:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.linear.weight
-        if not self.enabled or x.dtype != torch.float32 or x.device.type != "cpu":
+        if not self.enabled or not getattr(_SCOPE, "allowed", True) or x.dtype != torch.float32 \
+                or x.device.type != "cpu":
             return torch.nn.functional.linear(x, weight, self.linear.bias)
         shape = x.shape
         flat_x = x.reshape(-1, self.d)
@@ -221,16 +223,6 @@ class _FastHead:
         if self.linear.bias is not None:
             out += self.linear.bias
         return out.reshape(*shape[:-1], self.vocab)
-
-
-def _time_it(fn, repeats: int = 10) -> float:
-    fn()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def decision_token_ids(model) -> Optional[torch.Tensor]:
@@ -252,34 +244,45 @@ def decision_token_ids(model) -> Optional[torch.Tensor]:
     return torch.tensor(sorted(ids), dtype=torch.long)
 
 
-def fast_lm_head(model, min_gain: float = 1.3) -> bool:
-    """Switch ``model.proj_out`` (float32 on CPU) to the bfloat16-then-exact projection when a
-    measurement at load shows it at least ``min_gain`` times faster than the float32 one here.
-    Returns whether it applied. Toggle per request with :func:`set_fast_lm_head`."""
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 matrix products natively (AVX512-BF16 or AMX); where it
+    does not, torch emulates them and the float32 projection is the faster one."""
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(bool(check()) for check in checks if check is not None)
+
+
+def fast_lm_head(model, require_native_bfloat16: bool = True) -> Optional[str]:
+    """Switch ``model.proj_out`` (float32 on CPU) to the bfloat16-then-exact projection, where the
+    CPU computes bfloat16 natively: decided from the CPU's capability, the same at every load.
+    Returns None when it applied, else why not. Requests that read probabilities run the float32
+    projection (:func:`fast_lm_head_scope`)."""
     head = getattr(model, "proj_out", None)
     if not isinstance(head, torch.nn.Linear) or head.weight.dtype != torch.float32 \
             or head.weight.device.type != "cpu":
-        return False
+        return "the vocabulary projection is not float32 on the CPU (a GPU, another dtype, or int8)"
     exact_ids = decision_token_ids(model)
     if exact_ids is None or head.weight.shape[0] != model.config.vocab_size:
-        return False
+        return "the generation config does not say which tokens are special"
+    if require_native_bfloat16 and not native_bfloat16():
+        return "bfloat16 is emulated on this CPU (no AVX512-BF16 or AMX): float32 is faster"
     state = _FastHead(head, exact_ids)
-    x = torch.randn(1, 1, state.d)
-    with torch.inference_mode():
-        stock = _time_it(lambda: torch.nn.functional.linear(x, head.weight))
-        fast = _time_it(lambda: state.logits(x))
-    if fast * min_gain > stock:
-        return False
     head._fast_head = state
     head.forward = state.logits
-    return True
+    return None
 
 
-def set_fast_lm_head(model, enabled: bool) -> None:
-    """Use the fast projection for the next requests (when :func:`fast_lm_head` applied)."""
-    state = getattr(getattr(model, "proj_out", None), "_fast_head", None)
-    if state is not None:
-        state.enabled = enabled
+_SCOPE = threading.local()
+
+
+@contextlib.contextmanager
+def fast_lm_head_scope(allowed: bool):
+    """Within this block (this thread) the fast projection runs only if ``allowed``."""
+    previous = getattr(_SCOPE, "allowed", True)
+    _SCOPE.allowed = allowed
+    try:
+        yield
+    finally:
+        _SCOPE.allowed = previous
 
 
 def fast_lm_head_allowed(generate_kwargs: dict) -> bool:

@@ -507,7 +507,11 @@ class ModelRunner:
     def status(self) -> tuple[int, dict[str, Any], dict[str, str]]:
         """(status code, body, headers) for a health check."""
         if self.state == "ready":
-            return 200, {"status": "ok"}, {}
+            body: dict[str, Any] = {"status": "ok"}
+            report = getattr(self.handler, "patch_report", None)
+            if report:  # which library internals this server changed, and why the others not
+                body["patches"] = [r.as_dict() for r in report]
+            return 200, body, {}
         if self.state == "loading":
             elapsed = time.monotonic() - self.load_started
             return 503, {"status": "loading",
@@ -648,6 +652,14 @@ class Metrics:
         if runner.load_seconds is not None:
             metric("asr_model_load_seconds", "gauge", "Seconds the model took to load.",
                    [("", round(runner.load_seconds, 3))])
+        report = getattr(runner.handler, "patch_report", None)
+        if report:
+            metric("asr_patch_applied", "gauge",
+                   "1 for each change to transformers' or pyannote's internals that applied at load, 0 "
+                   "for one skipped (GET /health says why).",
+                   [(f'{{target="{_label(r.target)}",name="{_label(r.name)}",'
+                     f'changes_output="{str(r.changes_output).lower()}"}}', 1 if r.applied else 0)
+                    for r in report])
         policy = getattr(getattr(runner.handler, "asr", None), "assist_policy", None)
         if policy is not None and getattr(runner.handler.asr, "assistant", None) is not None:
             snap = policy.snapshot()

@@ -1,0 +1,86 @@
+"""patches/registry.py: every change to transformers' and pyannote's internals goes through one
+registry, in a fixed order, decided at load, with a report of what applied and why not."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import tiny_settings
+
+
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+@pytest.fixture(scope="module")
+def transcribers(tiny_models):
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+
+    out = {}
+    for fast in (True, False):
+        settings = tiny_settings(tiny_models, generation_speedups=fast)
+        out[fast] = WhisperTranscriber(settings, *resolve_device(settings))
+    return out
+
+
+def test_every_patch_applies_on_the_pinned_versions(transcribers):
+    """transformers 5 (requirements-pyannote4.txt + the Makefile's torch): every Whisper and
+    assistant patch applies; the bfloat16 projection only where the CPU computes bfloat16."""
+    from speaker_asr.patches.registry import PATCHES
+    from speaker_asr.patches.whisper import native_bfloat16
+
+    report = transcribers[True].patch_report
+    assert [(r.target, r.name) for r in report] == [(p.target, p.name) for p in PATCHES
+                                                    if p.target in ("whisper", "assistant")]
+    if _transformers_major() < 5:
+        skipped = {r.name for r in report if not r.applied}
+        assert skipped <= {"lean_decoder", "chunk_windows"}, report
+        return
+    for r in report:
+        if r.name == "fast_lm_head" and not native_bfloat16():
+            assert not r.applied and "bfloat16 is emulated" in r.reason
+        else:
+            assert r.applied, r
+
+
+def test_generation_speedups_false_is_transformers_stock(transcribers):
+    stock = transcribers[False]
+    assert all(not r.applied and r.reason == "GENERATION_SPEEDUPS=false" for r in stock.patch_report)
+    # nothing wrapped or swapped: the model's methods are transformers' own
+    for name in ("_retrieve_segment", "_extract_token_timestamps", "_retrieve_logit_processors"):
+        assert name not in vars(stock.model), name
+    assert type(stock.model.proj_out).forward is stock.model.proj_out.forward.__func__
+    assert stock.fast_lm_head is False and stock.lean_decoder is False
+
+
+def test_diarization_patches_are_reported_and_switch_off(tiny_models):
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
+
+    fast = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=True)
+    assert [(r.name, r.applied) for r in fast.patch_report] == [
+        ("skip_silent_embeddings", True), ("cpu_embedding_batch", True)]
+    stock = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=False)
+    assert all(not r.applied and r.reason == "DIARIZATION_SPEEDUPS=false" for r in stock.patch_report)
+    assert stock.embedding_batch_size == 32
+
+
+def test_the_handler_reports_every_patch(handler):
+    from speaker_asr.patches.registry import PATCHES, describe
+
+    assert [(r.target, r.name) for r in handler.patch_report] == [(p.target, p.name) for p in PATCHES]
+    line = describe(handler.patch_report)
+    assert "whisper.chunk_windows: " in line and "diarization.cpu_embedding_batch: applied" in line
+
+
+def test_patch_order_and_declarations_are_fixed():
+    from speaker_asr.patches.registry import PATCHES
+
+    names = [(p.target, p.name) for p in PATCHES]
+    assert len(names) == len(set(names))
+    whisper = [n for t, n in names if t == "whisper"]
+    # the lean decoder probes the decoder as the other patches leave it: it comes last
+    assert whisper[-1] == "lean_decoder" and whisper[0] == "chunk_windows"
+    assert [p.name for p in PATCHES if p.changes_output] == ["chunk_windows"]
+    assert all(p.versions and p.summary for p in PATCHES)
