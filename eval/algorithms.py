@@ -39,7 +39,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, resolve_times)
+from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
+                                              resolve_times)
+from speaker_asr.types import Turn, Word
 from metrics import HypToken, normalize_word
 
 Span = tuple[str, Optional[float], Optional[float]]
@@ -101,7 +103,7 @@ def hf_original(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: 
 def chunk_overlap(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: float
                   ) -> list[HypToken]:
     spans = resolve_times([(s, e) for _, s, e in chunks], duration)
-    pieces = assign_speakers([Piece(t, s, e) for (t, _, _), (s, e) in zip(chunks, spans)],
+    pieces = assign_speakers([Word(t, s, e) for (t, _, _), (s, e) in zip(chunks, spans)],
                              SpeakerIndex(turns))
     return _chunk_tokens(chunks, [p.speaker for p in pieces], [False] * len(pieces), spans)
 
@@ -113,7 +115,7 @@ def _word_level(smooth: bool, tidy: bool = True, plain: bool = False) -> Callabl
         extra = {} if tidy else {"tidy": False}  # attribute_words tidies word times by default
         if plain:
             extra.update(calibrate=False, continuity=False)
-        pieces = attribute_words([Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)],
+        pieces = attribute_words([Word(t, s, e) for (t, _, _), (s, e) in zip(words, spans)],
                                  SpeakerIndex(turns), smooth=smooth, **extra)
         return [HypToken(tok, p.speaker, p.start, p.end, False, i)
                 for i, p in enumerate(pieces) for tok in normalize_word(p.text)]
@@ -125,9 +127,10 @@ def endpoint(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn
              ) -> list[HypToken]:
     """The endpoint's own response builder on the same input (word mode), flattened to tokens."""
     from speaker_asr.attribution.response import build_response
+    from speaker_asr.types import Segment, Word
 
-    response = build_response("", list(chunks), list(turns), duration, "en", words=list(words),
-                              return_words=True)
+    response = build_response("", [Segment(*c) for c in chunks], list(turns), duration, "en",
+                              words=[Word(*w) for w in words], return_words=True)
     out: list[HypToken] = []
     i = 0
     for chunk in response["chunks"]:

@@ -30,7 +30,7 @@ ROOT = HERE.parent
 import numpy as np  # noqa: E402
 
 from algorithms import ALGORITHMS, RUNNERS, endpoint  # noqa: E402
-from speaker_asr.attribution.speakers import Turn
+from speaker_asr.types import Turn
 from data import EvalFile, build_dataset, read_wav  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
                      wder_counts, wer_counts)
@@ -51,7 +51,8 @@ def _git_state() -> str:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "speaker_asr/attribution",
-                                "speaker_asr/asr", "speaker_asr/diarization", "speaker_asr/config.py"], cwd=ROOT, capture_output=True,
+                                "speaker_asr/asr", "speaker_asr/diarization", "speaker_asr/config.py"],
+                               cwd=ROOT, capture_output=True,
                                text=True, check=True).stdout.strip()
         return head + (" + uncommitted changes to " + ", ".join(l.split()[-1] for l in dirty.splitlines())
                        if dirty else "")

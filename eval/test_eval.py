@@ -3,7 +3,7 @@
     .venv/bin/python -m pytest eval/test_eval.py -q
 """
 
-from speaker_asr.attribution.speakers import Turn
+from speaker_asr.types import Turn
 from algorithms import RUNNERS, hf_original  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_text, normalize_word,  # noqa: E402
                      wder_counts, wer_counts)

@@ -184,7 +184,7 @@ def child(args) -> int:
         cap = int(args.max_memory_gb * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     parameters = dict(p.split("=", 1) for p in args.param)
-    from speaker_asr.serving.app import coerce_value
+    from speaker_asr.serving.negotiation import coerce_value
 
     parameters = {k: coerce_value(v) for k, v in parameters.items()}
     result: dict[str, Any] = {"models": args.models, "stage": args.stage, "rss_start_mb": rss_mb(),

@@ -127,7 +127,7 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "word_timestamps", False):
         params["return_word_timestamps"] = True
     if args.param:
-        from speaker_asr.serving.app import coerce_value
+        from speaker_asr.serving.negotiation import coerce_value
 
         for item in args.param:
             key, sep, value = item.partition("=")
@@ -233,7 +233,7 @@ def _write_stdout(text: str) -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    from speaker_asr.serving.app import scrub
+    from speaker_asr.serving.logging_setup import scrub
 
     print(f"error: {scrub(message)}", file=sys.stderr)
     return code

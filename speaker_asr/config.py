@@ -63,10 +63,11 @@ class ModelSettings(BaseSettings):
         4 * 3600, gt=0, description="longer audio is rejected (checked from the header before "
                                     "decoding everything)")
     generation_speedups: bool = Field(
-        True, description="output-preserving Whisper speed fixes (whisper_speedups.py, lean_decoder.py); false runs "
+        True, description="Whisper speed fixes (speaker_asr/patches/, listed with what applied in GET "
+                          "/health): output-preserving, and one pass per chunked window; false runs "
                           "transformers' stock code paths")
     diarization_speedups: bool = Field(
-        True, description="pyannote speed fixes (diarization_speedups.py): no speaker embedding for "
+        True, description="pyannote speed fixes (speaker_asr/patches/diarization.py): no speaker embedding for "
                           "a window's silent speaker slots; on CPU one window per embedding batch; "
                           "false runs pyannote's own settings")
     diarization_telemetry: bool = Field(

@@ -19,7 +19,8 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig, ModelSettings
 from speaker_asr.formats import render
 from speaker_asr.attribution.response import build_response, rename_speakers
-from speaker_asr.diarization.pipeline import configure_pyannote_telemetry, diarize, load_diarization_pipeline
+from speaker_asr.diarization.pipeline import (configure_pyannote_telemetry, diarize,
+                                              load_diarization_pipeline)
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
 from speaker_asr.errors import RequestError
 
@@ -114,10 +115,9 @@ class EndpointHandler:
             warnings.append(f"speaker diarization failed ({error}); the transcript has no speakers")
         if warnings:
             extra["warnings"] = warnings
-        words = [(w.text, w.start, w.end) for w in asr.words] if asr.words is not None else None
         return self._render(build_response(
-            asr.text, [(c.text, c.start, c.end) for c in asr.chunks], turns, duration, asr.language,
-            words=words, return_words=config.return_word_timestamps, extra=extra), config)
+            asr.text, asr.chunks, turns, duration, asr.language, words=asr.words,
+            return_words=config.return_word_timestamps, extra=extra), config)
 
     @staticmethod
     def _diarization_result(pending: Optional[Future]):

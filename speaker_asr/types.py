@@ -2,7 +2,8 @@
 
 * :class:`Word` -- a word (or any stretch of transcript) with its times and, once attributed, its
   speaker. Times may be missing (``None``) as Whisper sometimes leaves them.
-* :class:`Segment` -- one of Whisper's segments (a "chunk"): text and times.
+* :class:`Segment` -- one of Whisper's segments (a "chunk"): text and times; after attribution
+  one speaker's part of it, with its words.
 * :class:`Turn` -- one speaker turn from the diarization.
 * :class:`Transcript` -- what the ASR returns for one request.
 * :class:`Response`, :class:`ResponseChunk`, :class:`ResponseWord`, :class:`SpeakerTurn` -- the
@@ -34,11 +35,15 @@ class Word:
 
 @dataclass
 class Segment:
-    """One of Whisper's segments: its text and times in seconds (either may be missing)."""
+    """A stretch of transcript made of words: one of Whisper's segments as the ASR returns it
+    (text and times, either time may be missing), or after attribution one speaker's words inside
+    one of those segments (with ``speaker`` and ``words``)."""
 
     text: str
     start: Optional[float]
     end: Optional[float]
+    speaker: Optional[str] = None
+    words: list[Word] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

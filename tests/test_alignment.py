@@ -4,7 +4,10 @@ import math
 
 import pytest
 
-from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words, clean_turns, merge_by_speaker, resolve_times, split_segments)
+from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
+                                              clean_turns, merge_by_speaker, resolve_times,
+                                              split_segments)
+from speaker_asr.types import Turn, Word
 
 A, B, C = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"
 
@@ -39,7 +42,7 @@ def test_before_first_and_after_last_turn():
 
 def test_no_turns_gives_no_speaker():
     assert SpeakerIndex([]).speaker_at(0, 1) is None
-    out = assign_speakers([Piece("hi", 0, 1)], [])
+    out = assign_speakers([Word("hi", 0, 1)], [])
     assert [(p.text, p.speaker) for p in out] == [("hi", None)]
 
 
@@ -106,22 +109,22 @@ def test_resolve_times_fills_missing_and_clamps():
 
 def test_no_chunk_is_dropped_after_the_last_turn():
     # the original handler dropped every chunk after the last speaker turn
-    chunks = [Piece(" one", 0, 2), Piece(" two", 2, 4), Piece(" three", 9, 12)]
+    chunks = [Word(" one", 0, 2), Word(" two", 2, 4), Word(" three", 9, 12)]
     out = assign_speakers(chunks, turns((0, 2, A), (2, 4, B)))
     assert [p.text for p in out] == [" one", " two", " three"]
     assert [p.speaker for p in out] == [A, B, B]
 
 
 def test_merge_by_speaker_joins_consecutive_runs():
-    pieces = [Piece(" a", 0, 1, A), Piece(" b", 1, 2, A), Piece(" c", 2, 3, B), Piece(" d", 3, 4, A)]
+    pieces = [Word(" a", 0, 1, A), Word(" b", 1, 2, A), Word(" c", 2, 3, B), Word(" d", 3, 4, A)]
     merged = merge_by_speaker(pieces)
     assert [(p.text, p.start, p.end, p.speaker) for p in merged] == [
         (" a b", 0, 2, A), (" c", 2, 3, B), (" d", 3, 4, A)]
 
 
 def test_word_level_splits_segment_at_speaker_change():
-    words = [Piece(" Hello", 0.0, 0.4), Piece(" there.", 0.4, 0.9), Piece(" Hi", 1.0, 1.3),
-             Piece(" you.", 1.3, 1.6)]
+    words = [Word(" Hello", 0.0, 0.4), Word(" there.", 0.4, 0.9), Word(" Hi", 1.0, 1.3),
+             Word(" you.", 1.3, 1.6)]
     attributed = attribute_words(words, turns((0, 0.95, A), (0.95, 2.0, B)))
     assert [w.speaker for w in attributed] == [A, A, B, B]
     # one Whisper segment spans both speakers
@@ -131,22 +134,22 @@ def test_word_level_splits_segment_at_speaker_change():
 
 
 def test_word_straddling_a_boundary_goes_to_larger_share():
-    words = [Piece(" straddle", 1.8, 2.6)]
+    words = [Word(" straddle", 1.8, 2.6)]
     assert attribute_words(words, turns((0, 2.0, A), (2.0, 4.0, B)))[0].speaker == B
 
 
 def test_smoothing_fixes_weak_blips_only():
     # " the" overlaps no turn; the nearest is B's tiny turn: weak evidence inside A's sentence
     t = turns((0, 1.0, A), (1.05, 1.1, B), (1.6, 3.0, A))
-    words = [Piece(" on", 0.6, 0.95), Piece(" the", 1.12, 1.5), Piece(" table", 1.6, 2.0)]
+    words = [Word(" on", 0.6, 0.95), Word(" the", 1.12, 1.5), Word(" table", 1.6, 2.0)]
     assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, B, A]
     assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, A]
     # a one-word reply fully inside its own turn keeps its speaker
     t2 = turns((0, 1.0, A), (1.0, 1.25, B), (1.25, 3.0, A))
-    reply = [Piece(" are", 0.5, 0.9), Piece(" Yes", 1.0, 1.2), Piece(" you", 1.3, 1.6)]
+    reply = [Word(" are", 0.5, 0.9), Word(" Yes", 1.0, 1.2), Word(" you", 1.3, 1.6)]
     assert [w.speaker for w in attribute_words(reply, t2, smooth=True)] == [A, B, A]
     # a sentence boundary before the blip keeps it with its speaker even on weak evidence
-    sentence = [Piece(" done.", 0.6, 0.95), Piece(" the", 1.12, 1.5), Piece(" table", 1.6, 2.0)]
+    sentence = [Word(" done.", 0.6, 0.95), Word(" the", 1.12, 1.5), Word(" table", 1.6, 2.0)]
     assert [w.speaker for w in attribute_words(sentence, t, smooth=True)] == [A, B, A]
 
 
@@ -154,38 +157,38 @@ def test_speaker_change_among_weak_words_goes_to_the_sentence_boundary():
     # B's turn starts while A's turn still runs (a late-ending turn edge): " And" and " I'm" are
     # covered by both turns, and by time alone would stay with A
     t = turns((0, 5.0, A), (4.6, 8.0, B))
-    words = [Piece(" Jersey.", 4.0, 4.5), Piece(" And", 4.55, 4.75), Piece(" I'm", 4.75, 5.0),
-             Piece(" Sheila", 5.1, 5.6)]
+    words = [Word(" Jersey.", 4.0, 4.5), Word(" And", 4.55, 4.75), Word(" I'm", 4.75, 5.0),
+             Word(" Sheila", 5.1, 5.6)]
     assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, A, A, B]
     assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, B, B, B]
     # a sentence's last word timed late, into the pause, barely touching the next turn
     t = turns((0, 2.0, A), (2.5, 5.0, B))
-    words = [Piece(" in", 1.5, 1.8), Piece(" Jersey", 1.8, 2.0), Piece(" though.", 2.2, 2.55),
-             Piece(" Well,", 2.6, 2.9)]
+    words = [Word(" in", 1.5, 1.8), Word(" Jersey", 1.8, 2.0), Word(" though.", 2.2, 2.55),
+             Word(" Well,", 2.6, 2.9)]
     assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, A, B, B]
     assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, A, B]
     # no sentence end there: the text says nothing, the times decide
-    words[2] = Piece(" though", 2.2, 2.55)
+    words[2] = Word(" though", 2.2, 2.55)
     assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, B, B]
 
 
 def test_sentence_boundary_rule_leaves_strong_evidence_and_long_overlaps_alone():
     # words fully inside one speaker's turn are never moved, whatever the punctuation
     t = turns((0, 2.0, A), (2.0, 4.0, B))
-    words = [Piece(" Yes.", 0.5, 1.0), Piece(" fine", 1.2, 1.8), Piece(" then", 2.2, 2.8)]
+    words = [Word(" Yes.", 0.5, 1.0), Word(" fine", 1.2, 1.8), Word(" then", 2.2, 2.8)]
     assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, B]
     # a long stretch of overlapped speech: moving it to the sentence boundary would move more
     # than MAX_MOVED words, so the per-word decisions stay
     t = turns((0, 10.0, A), (5.0, 12.0, B))
-    words = [Piece(" so.", 4.0, 4.5)] + [Piece(f" w{i}", 5.2 + 0.8 * i, 5.8 + 0.8 * i) for i in range(6)] \
-        + [Piece(" end", 10.5, 11.0)]
+    words = [Word(" so.", 4.0, 4.5)] + [Word(f" w{i}", 5.2 + 0.8 * i, 5.8 + 0.8 * i) for i in range(6)] \
+        + [Word(" end", 10.5, 11.0)]
     plain = [w.speaker for w in attribute_words(words, t, smooth=False)]
     assert plain[1:7] == [A] * 6  # ties keep the speaker already talking
     assert [w.speaker for w in attribute_words(words, t, smooth=True)] == plain
 
 
 def test_split_segments_keeps_every_word_in_order():
-    words = [Piece(" a", 0, 1, A), Piece(" b", 1, 2, B), Piece(" c", 2, 3, B), Piece(" d", 3, 4, A)]
+    words = [Word(" a", 0, 1, A), Word(" b", 1, 2, B), Word(" c", 2, 3, B), Word(" d", 3, 4, A)]
     segs = split_segments([" a b", " c d"], words)
     assert [(s.text, s.speaker) for s in segs] == [(" a", A), (" b", B), (" c", B), (" d", A)]
     assert "".join(s.text for s in segs) == " a b c d"
@@ -197,9 +200,9 @@ def test_split_segments_keeps_every_word_in_order():
 def test_tidy_trims_words_stretched_over_pauses():
     from speaker_asr.attribution.speakers import tidy_word_times
 
-    words = [Piece(" Hello.", 0.0, 6.98), Piece(" Oh,", 8.4, 8.7), Piece(" hello.", 8.7, 9.0),
-             Piece(" I", 9.0, 9.1), Piece(" knew", 9.1, 9.4), Piece(" it.", 9.4, 12.0),
-             Piece(" Then", 12.0, 12.3), Piece(" a", 12.3, 14.0), Piece(" b", 14.0, 14.3)]
+    words = [Word(" Hello.", 0.0, 6.98), Word(" Oh,", 8.4, 8.7), Word(" hello.", 8.7, 9.0),
+             Word(" I", 9.0, 9.1), Word(" knew", 9.1, 9.4), Word(" it.", 9.4, 12.0),
+             Word(" Then", 12.0, 12.3), Word(" a", 12.3, 14.0), Word(" b", 14.0, 14.3)]
     out = tidy_word_times(words)
     median = 0.3
     # first word: cut from the left (speech is at its end), the sentence end from the right
@@ -214,7 +217,7 @@ def test_tidy_trims_words_stretched_over_pauses():
 def test_tidy_moves_a_stretched_first_word_to_the_right_speaker():
     # Whisper timed "Hello." 0-6.98 s; it is spoken at 6.7 s inside B's turn, after A's noise turn
     t = turns((0.5, 1.0, A), (6.6, 7.2, B))
-    word = [Piece(" Hello.", 0.0, 6.98), Piece(" Hi.", 7.6, 8.0), Piece(" there", 8.0, 8.3)]
+    word = [Word(" Hello.", 0.0, 6.98), Word(" Hi.", 7.6, 8.0), Word(" there", 8.0, 8.3)]
     assert attribute_words(word, t, tidy=False)[0].speaker == A
     assert attribute_words(word, t)[0].speaker == B
 
@@ -223,23 +226,23 @@ def test_timing_offset_measures_a_lag_at_clean_turn_starts():
     from speaker_asr.attribution.speakers import timing_offset
 
     t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A), (5.5, 6.5, B))  # B at 5.5 starts in overlap
-    words = [Piece(" w", s + 0.12, s + 0.4) for s in (0.0, 2.1, 4.2)] + [Piece(" x", 5.2, 5.4)]
+    words = [Word(" w", s + 0.12, s + 0.4) for s in (0.0, 2.1, 4.2)] + [Word(" x", 5.2, 5.4)]
     assert abs(timing_offset(words, t) - 0.12) < 1e-9
     # too few edges with a word nearby: no correction
     assert timing_offset(words[:2], t) == 0.0
     # inside the dead zone (about two 20 ms frames): no correction
-    assert timing_offset([Piece(w.text, w.start - 0.09, w.end) for w in words], t) == 0.0
+    assert timing_offset([Word(w.text, w.start - 0.09, w.end) for w in words], t) == 0.0
     # far off edges are not evidence; a large lag is clamped
-    assert timing_offset([Piece(w.text, w.start + 0.3, w.end + 0.3) for w in words], t, window=1.0) == 0.3
-    assert timing_offset([Piece(w.text, w.start + 0.5, w.end + 0.5) for w in words], t) == 0.0
+    assert timing_offset([Word(w.text, w.start + 0.3, w.end + 0.3) for w in words], t, window=1.0) == 0.3
+    assert timing_offset([Word(w.text, w.start + 0.5, w.end + 0.5) for w in words], t) == 0.0
     assert timing_offset([], t) == 0.0 and timing_offset(words, []) == 0.0
 
 
 def test_calibrated_lookup_keeps_a_lagging_last_word_with_its_speaker():
     # every word runs 0.12 s late; A's last word also absorbs the pause before B starts
     t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A))
-    words = [Piece(" one", 0.12, 0.7), Piece(" two", 0.7, 1.72), Piece(" them.", 1.72, 2.5),
-             Piece(" And", 2.5, 2.9), Piece(" so", 2.9, 4.32), Piece(" on.", 4.32, 4.8)]
+    words = [Word(" one", 0.12, 0.7), Word(" two", 0.7, 1.72), Word(" them.", 1.72, 2.5),
+             Word(" And", 2.5, 2.9), Word(" so", 2.9, 4.32), Word(" on.", 4.32, 4.8)]
     assert [w.speaker for w in attribute_words(words, t, calibrate=False, smooth=False)][2] == B
     out = attribute_words(words, t)
     assert [w.speaker for w in out] == [A, A, A, B, B, A]
@@ -250,11 +253,11 @@ def test_calibrated_lookup_keeps_a_lagging_last_word_with_its_speaker():
 def test_overlapped_speech_keeps_the_speaker_already_talking():
     # B starts talking over A at 5.0; both turns cover the words in 5.0-6.0 equally
     t = turns((0.0, 6.0, A), (5.0, 9.0, B))
-    words = [Piece(" so", 4.5, 4.9), Piece(" what", 5.1, 5.4), Piece(" can", 5.4, 5.7),
-             Piece(" we", 6.2, 6.5)]
+    words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.4), Word(" can", 5.4, 5.7),
+             Word(" we", 6.2, 6.5)]
     assert [w.speaker for w in attribute_words(words, t)] == [A, A, A, B]
     # a clear majority still wins over continuity
-    assert [w.speaker for w in attribute_words([Piece(" so", 4.5, 4.9), Piece(" yes", 5.7, 6.6)], t)] == [A, B]
+    assert [w.speaker for w in attribute_words([Word(" so", 4.5, 4.9), Word(" yes", 5.7, 6.6)], t)] == [A, B]
 
 
 # ------------------------------------------------------------- exclusive turns (pyannote.audio 3.x)

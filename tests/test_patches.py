@@ -36,7 +36,7 @@ def test_every_patch_applies_on_the_pinned_versions(transcribers):
                                                     if p.target in ("whisper", "assistant")]
     if _transformers_major() < 5:
         skipped = {r.name for r in report if not r.applied}
-        assert skipped <= {"lean_decoder", "chunk_windows"}, report
+        assert skipped <= {"lean_decoder", "chunk_windows", "decoder_eager_at_load"}, report
         return
     for r in report:
         if r.name == "fast_lm_head" and not native_bfloat16():

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, attribute_words, resolve_times, split_segments)
+from speaker_asr.attribution.speakers import (SpeakerIndex, attribute_words, resolve_times,
+                                              split_segments)
+from speaker_asr.types import Turn, Word
 from speaker_asr.audio.decode import AudioDecodeError, decode_audio
 from speaker_asr.config import InferenceConfig, ModelCapabilities
 from conftest import encode, tone
@@ -58,7 +60,7 @@ def test_alignment_invariants(raw_words, turns, duration, smooth):
         assert math.isfinite(s) and math.isfinite(e) and 0 <= s <= e <= duration
         assert s >= previous
         previous = s
-    words = [Piece(t, s, e) for (t, _, _), (s, e) in zip(raw_words, spans)]
+    words = [Word(t, s, e) for (t, _, _), (s, e) in zip(raw_words, spans)]
     out = attribute_words(words, turns, smooth=smooth)
     # no word lost or reordered, and every word has a speaker when there are turns
     assert [w.text for w in out] == [w.text for w in words]

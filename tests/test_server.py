@@ -629,7 +629,7 @@ def test_loading_states(monkeypatch):
 
 
 def test_query_value_coercion_and_audio_sniffing():
-    from speaker_asr.serving.app import coerce_value, sniff_audio
+    from speaker_asr.serving.negotiation import coerce_value, sniff_audio
 
     assert [coerce_value(v) for v in ("true", "FALSE", "3", "-2", "0.25", "1e-2", "en", "no", "inf", " 7 ")] \
         == [True, False, 3, -2, 0.25, 0.01, "en", "no", "inf", 7]

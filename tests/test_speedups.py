@@ -91,11 +91,15 @@ def test_encoder_stays_on_sdpa_after_word_timestamps(transcribers):
     from speaker_asr.asr.transcriber import _transformers_major
 
     fast = transcribers[True]
-    fast.transcribe(_speech_like(4.0), InferenceConfig(language="en"), word_timestamps=True)
     model = fast.model.model
+    if _transformers_major() >= 5:
+        # decided at load: the decoder runs eager attention (the cross-attention weights the word
+        # times need) before any request, and no request changes it
+        assert model.decoder.layers[0].encoder_attn.config._attn_implementation == "eager"
+    fast.transcribe(_speech_like(4.0), InferenceConfig(language="en"), word_timestamps=False)
+    fast.transcribe(_speech_like(4.0), InferenceConfig(language="en"), word_timestamps=True)
     assert model.encoder.layers[0].self_attn.config._attn_implementation == "sdpa"
     if _transformers_major() >= 5:
-        # the decoder switched for the cross-attention weights the word times need
         assert model.decoder.layers[0].encoder_attn.config._attn_implementation == "eager"
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -24,28 +23,11 @@ import numpy as np
 from speaker_asr.asr.assist_policy import AssistPolicy
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.asr.hallucination import drop_hallucinations
-from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig, ModelCapabilities, ModelSettings)
+from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig,
+                                ModelCapabilities, ModelSettings)
+from speaker_asr.types import Segment, Transcript, Word
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class AsrChunk:
-    text: str
-    start: Optional[float]
-    end: Optional[float]
-
-
-@dataclass
-class AsrResult:
-    text: str
-    chunks: list[AsrChunk]  # Whisper's segments
-    language: Optional[str]
-    # word timestamps from the alignment heads (cross-attention DTW); None when not computed
-    words: Optional[list[AsrChunk]] = None
-    assisted: bool = False  # whether the assistant model drafted the tokens
-    # text removed by the hallucination filter (hallucination.py), one entry per removed run
-    dropped: list[str] = field(default_factory=list)
 
 
 def _pipeline_class():
@@ -78,9 +60,17 @@ def _transformers_major() -> int:
     return int(transformers.__version__.split(".")[0])
 
 
-def _chunk(c: dict) -> AsrChunk:
+def _times(c: dict) -> tuple[Optional[float], Optional[float]]:
     start, end = (tuple(c.get("timestamp") or ()) + (None, None))[:2]
-    return AsrChunk(c.get("text", ""), start, end)
+    return start, end
+
+
+def _segment(c: dict) -> Segment:
+    return Segment(c.get("text", ""), *_times(c))
+
+
+def _word(c: dict) -> Word:
+    return Word(c.get("text", ""), *_times(c))
 
 
 def dtype_kwarg(dtype) -> dict:
@@ -241,7 +231,7 @@ class WhisperTranscriber:
         return kwargs
 
     def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False
-                   ) -> AsrResult:
+                   ) -> Transcript:
         """Timestamped segments, and words when ``word_timestamps`` and the model has alignment
         heads (check :attr:`has_alignment_heads`)."""
         import torch
@@ -286,10 +276,10 @@ class WhisperTranscriber:
         if eligible:
             self.assist_policy.record(assisted, seconds, time.perf_counter() - started)
         segments = out.get("segments") if words_mode else out.get("chunks")
-        chunks = [_chunk(c) for c in segments or []]
+        chunks = [_segment(c) for c in segments or []]
         if not chunks and out.get("text"):
-            chunks = [AsrChunk(out["text"], None, None)]
-        words = [_chunk(c) for c in out.get("chunks") or []] if words_mode else None
+            chunks = [Segment(out["text"], None, None)]
+        words = [_word(c) for c in out.get("chunks") or []] if words_mode else None
         if not self.multilingual:
             language = "en"
         text, dropped = out.get("text", ""), []
@@ -298,9 +288,9 @@ class WhisperTranscriber:
                                     [(w.text, w.start, w.end) for w in words])
             if cleaned is not None:
                 text, dropped = cleaned.text, cleaned.dropped
-                chunks = [AsrChunk(*c) for c in cleaned.segments]
-                words = [AsrChunk(*w) for w in cleaned.words]
-        return AsrResult(text=text, chunks=chunks, language=language, words=words,
+                chunks = [Segment(*c) for c in cleaned.segments]
+                words = [Word(*w) for w in cleaned.words]
+        return Transcript(text=text, chunks=chunks, language=language, words=words,
                          assisted=assisted, dropped=dropped)
 
     def detect_language(self, audio: np.ndarray) -> Optional[str]:

@@ -3,11 +3,13 @@ attribution of :mod:`speaker_asr.attribution.speakers`."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional, Sequence
 
-from speaker_asr.attribution.speakers import (Piece, SpeakerIndex, Turn, assign_speakers, attribute_words,
+from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
                                               merge_by_speaker, resolve_times, split_segments,
                                               tidy_word_times)
+from speaker_asr.types import Response, Segment, Turn, Word
+
 
 def rename_speakers(turns: list[Turn]) -> list[Turn]:
     """Relabel speakers SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
@@ -21,18 +23,18 @@ def _r(x: float) -> float:
     return round(float(x), 3)
 
 
-def _word_dict(w: Piece, with_speaker: bool) -> dict:
+def _word_dict(w: Word, with_speaker: bool) -> dict:
     d = {"word": w.text, "start": _r(w.start), "end": _r(w.end)}
     if with_speaker:
         d["speaker"] = w.speaker
     return d
 
 
-def build_response(text: str, segments: list[tuple[str, Optional[float], Optional[float]]],
-                   turns: Optional[list[Turn]], duration: float, language: Optional[str],
-                   words: Optional[list[tuple[str, Optional[float], Optional[float]]]] = None,
-                   return_words: bool = False, extra: Optional[dict] = None) -> dict:
-    """The response object.
+def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],
+                   duration: float, language: Optional[str], words: Optional[Sequence[Word]] = None,
+                   return_words: bool = False, extra: Optional[dict] = None) -> Response:
+    """The response object, from the ASR's segments and words (times may be missing) and the
+    diarization's turns.
 
     ``turns=None`` means diarization is off: chunks carry no speaker and ``speakers`` is empty.
     With ``words`` (Whisper's word timestamps) every word gets a speaker and chunks are Whisper's
@@ -43,11 +45,11 @@ def build_response(text: str, segments: list[tuple[str, Optional[float], Optiona
     diarized = turns is not None
     index = SpeakerIndex(turns or [])
     if words is not None:
-        spans = resolve_times([(s, e) for _, s, e in words], duration)
-        pieces = tidy_word_times([Piece(t, s, e) for (t, _, _), (s, e) in zip(words, spans)])
+        spans = resolve_times([(w.start, w.end) for w in words], duration)
+        pieces = tidy_word_times([Word(w.text, s, e) for w, (s, e) in zip(words, spans)])
         if diarized:
             pieces = attribute_words(pieces, index, tidy=False)
-        groups = [g for g in split_segments([t for t, _, _ in segments], pieces) if g.words]
+        groups = [g for g in split_segments([s.text for s in segments], pieces) if g.words]
         chunks = []
         for g in groups:
             chunk = {"text": g.text, "timestamp": [_r(g.start), _r(g.end)]}
@@ -56,10 +58,10 @@ def build_response(text: str, segments: list[tuple[str, Optional[float], Optiona
             if return_words:
                 chunk["words"] = [_word_dict(w, diarized) for w in g.words]
             chunks.append(chunk)
-        merged_input = [Piece(c["text"], *c["timestamp"], c.get("speaker")) for c in chunks]
+        merged_input = [Word(c["text"], *c["timestamp"], c.get("speaker")) for c in chunks]
     else:
-        spans = resolve_times([(s, e) for _, s, e in segments], duration)
-        pieces = [Piece(t, s, e) for (t, _, _), (s, e) in zip(segments, spans)]
+        spans = resolve_times([(s.start, s.end) for s in segments], duration)
+        pieces = [Word(seg.text, s, e) for seg, (s, e) in zip(segments, spans)]
         if diarized:
             pieces = assign_speakers(pieces, index)
         chunks = []
@@ -69,7 +71,7 @@ def build_response(text: str, segments: list[tuple[str, Optional[float], Optiona
                 chunk["speaker"] = p.speaker
             chunks.append(chunk)
         merged_input = pieces
-    response: dict[str, Any] = {"text": text, "chunks": chunks}
+    response: Response = {"text": text, "chunks": chunks}  # type: ignore[typeddict-item]
     response["speakers"] = [
         {"speaker": p.speaker, "text": p.text.strip(), "timestamp": [_r(p.start), _r(p.end)]}
         for p in merge_by_speaker(merged_input)] if diarized else []

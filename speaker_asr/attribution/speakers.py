@@ -22,27 +22,9 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-
-@dataclass(frozen=True)
-class Turn:
-    """One speaker turn from the diarization."""
-
-    start: float
-    end: float
-    speaker: str
-
-
-@dataclass
-class Piece:
-    """A stretch of transcript (a Whisper chunk or a word) with resolved times."""
-
-    text: str
-    start: float
-    end: float
-    speaker: Optional[str] = None
+from speaker_asr.types import Segment, Turn, Word
 
 
 def _finite(x) -> Optional[float]:
@@ -246,31 +228,31 @@ def resolve_times(spans: Sequence[tuple[Optional[float], Optional[float]]], dura
     return out
 
 
-def assign_speakers(pieces: Sequence[Piece], turns: Iterable[Turn], continuity: bool = False,
-                    shift: float = 0.0) -> list[Piece]:
+def assign_speakers(pieces: Sequence[Word], turns: Iterable[Turn], continuity: bool = False,
+                    shift: float = 0.0) -> list[Word]:
     """Each piece gets ``speaker_at`` its span (moved by ``-shift`` for the lookup only; the
     pieces keep their times); with ``continuity`` a near tie keeps the previous piece's
     speaker. Pieces and their order are kept as they are."""
     index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
-    out: list[Piece] = []
+    out: list[Word] = []
     previous = None
     for p in pieces:
         speaker = index.speaker_at(p.start - shift, p.end - shift, previous if continuity else None)
-        out.append(Piece(p.text, p.start, p.end, speaker))
+        out.append(Word(p.text, p.start, p.end, speaker))
         previous = speaker
     return out
 
 
-def merge_by_speaker(pieces: Sequence[Piece]) -> list[Piece]:
+def merge_by_speaker(pieces: Sequence[Word]) -> list[Word]:
     """Join consecutive pieces of the same speaker into one (text concatenated as Whisper wrote
     it, start of the first, end of the last)."""
-    merged: list[Piece] = []
+    merged: list[Word] = []
     for p in pieces:
         if merged and merged[-1].speaker == p.speaker:
             last = merged[-1]
-            merged[-1] = Piece(last.text + p.text, last.start, max(last.end, p.end), last.speaker)
+            merged[-1] = Word(last.text + p.text, last.start, max(last.end, p.end), last.speaker)
         else:
-            merged.append(Piece(p.text, p.start, p.end, p.speaker))
+            merged.append(Word(p.text, p.start, p.end, p.speaker))
     return merged
 
 
@@ -279,7 +261,7 @@ def merge_by_speaker(pieces: Sequence[Piece]) -> list[Piece]:
 SENTENCE_END = (".", "?", "!", "。", "？", "！", "…")
 
 
-def tidy_word_times(words: Sequence[Piece], cap: float = 0.7) -> list[Piece]:
+def tidy_word_times(words: Sequence[Word], cap: float = 0.7) -> list[Word]:
     """Trim words that cross-attention timing stretched over a pause, as OpenAI's Whisper does
     (``add_word_timestamps``): DTW tends to glue leading silence onto the first word of a window
     (a "Hello" timed 0.0-6.98 s when it is spoken at 6.7 s) and trailing silence onto the word
@@ -300,11 +282,11 @@ def tidy_word_times(words: Sequence[Piece], cap: float = 0.7) -> list[Piece]:
                 start = end - longest
             elif w.text.strip().endswith(SENTENCE_END):
                 end = start + longest
-        out.append(Piece(w.text, start, end, w.speaker))
+        out.append(Word(w.text, start, end, w.speaker))
     return out
 
 
-def timing_offset(words: Sequence[Piece], turns: Iterable[Turn], window: float = 0.5,
+def timing_offset(words: Sequence[Word], turns: Iterable[Turn], window: float = 0.5,
                   dead_zone: float = 0.05, limit: float = 0.3, min_edges: int = 3) -> float:
     """How late the transcript's word times run against the diarization, in seconds.
 
@@ -334,8 +316,8 @@ def timing_offset(words: Sequence[Piece], turns: Iterable[Turn], window: float =
     return max(-limit, min(limit, median))
 
 
-def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool = True,
-                    tidy: bool = True, calibrate: bool = True, continuity: bool = True) -> list[Piece]:
+def attribute_words(words: Sequence[Word], turns: Iterable[Turn], smooth: bool = True,
+                    tidy: bool = True, calibrate: bool = True, continuity: bool = True) -> list[Word]:
     """Speaker per word (largest overlap, else nearest turn; a near tie keeps the previous
     word's speaker unless ``continuity=False``), after :func:`tidy_word_times` unless
     ``tidy=False``; with ``calibrate``
@@ -364,7 +346,7 @@ def attribute_words(words: Sequence[Piece], turns: Iterable[Turn], smooth: bool 
         start = word.start - shift
         support = index.overlaps(start, start + max(word.end - word.start, 1e-6)).get(word.speaker, 0.0)
         if support / length < 0.5:
-            out[i] = Piece(word.text, word.start, word.end, prev.speaker)
+            out[i] = Word(word.text, word.start, word.end, prev.speaker)
     return out
 
 
@@ -393,8 +375,8 @@ def weak_evidence(shares: dict[str, float]) -> bool:
     return not ranked or ranked[0] < WEAK_BEST or (len(ranked) > 1 and ranked[1] >= WEAK_SECOND)
 
 
-def sentence_boundaries(words: Sequence[Piece], index: SpeakerIndex, shift: float = 0.0
-                        ) -> list[Piece]:
+def sentence_boundaries(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0
+                        ) -> list[Word]:
     """Place a speaker change that falls among weak-evidence words at the sentence boundary.
 
     Diarization turn edges and Whisper's word times each carry a few tenths of a second of error,
@@ -409,7 +391,7 @@ def sentence_boundaries(words: Sequence[Piece], index: SpeakerIndex, shift: floa
     moves at most :data:`MAX_MOVED` words. Runs without a sentence end, or bounded by one
     speaker on both sides (a backchannel inside another's turn), are left as they are. Returns
     new pieces; times are untouched."""
-    out = [Piece(w.text, w.start, w.end, w.speaker) for w in words]
+    out = [Word(w.text, w.start, w.end, w.speaker) for w in words]
     n = len(out)
     weak = [weak_evidence(coverage(index, w.start - shift, w.end - shift)) for w in out]
     ends_sentence = [w.text.strip().endswith(SENTENCE_END) for w in out]
@@ -444,17 +426,6 @@ def sentence_boundaries(words: Sequence[Piece], index: SpeakerIndex, shift: floa
     return out
 
 
-@dataclass
-class Segment:
-    """A stretch of one speaker's words inside one Whisper segment."""
-
-    text: str
-    start: float
-    end: float
-    speaker: Optional[str]
-    words: list[Piece]
-
-
 def segment_of_each_word(segment_texts: Sequence[str], word_texts: Sequence[str]) -> list[int]:
     """Words and segments are two cuts of the same text: for each word, the index of the segment
     that holds its first non-space character (leading spaces belong to the gap). Words beyond
@@ -473,17 +444,17 @@ def segment_of_each_word(segment_texts: Sequence[str], word_texts: Sequence[str]
     return out
 
 
-def split_segments(segment_texts: Sequence[str], words: Sequence[Piece]) -> list[Segment]:
+def split_segments(segment_texts: Sequence[str], words: Sequence[Word]) -> list[Segment]:
     """Group speaker-attributed words back into Whisper's segments, splitting a segment wherever
     the speaker changes. Each word goes to the segment that holds its first character
     (:func:`segment_of_each_word`); words left over (if the texts disagree) join the last
     segment. Every word lands in exactly one output segment, in order."""
-    groups: list[list[Piece]] = [[] for _ in segment_texts] or [[]]
+    groups: list[list[Word]] = [[] for _ in segment_texts] or [[]]
     for w, j in zip(words, segment_of_each_word(segment_texts, [w.text for w in words])):
         groups[j].append(w)
     out: list[Segment] = []
     for group in groups:
-        run: list[Piece] = []
+        run: list[Word] = []
         for w in group:
             if run and w.speaker != run[-1].speaker:
                 out.append(_segment(run))
@@ -494,6 +465,6 @@ def split_segments(segment_texts: Sequence[str], words: Sequence[Piece]) -> list
     return out
 
 
-def _segment(words: list[Piece]) -> Segment:
+def _segment(words: list[Word]) -> Segment:
     return Segment("".join(w.text for w in words), words[0].start, max(w.end for w in words),
                    words[0].speaker, list(words))

@@ -15,7 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from speaker_asr.attribution.speakers import Turn, exclusive_turns
+from speaker_asr.attribution.speakers import exclusive_turns
+from speaker_asr.types import Turn
 from speaker_asr.audio.decode import SAMPLE_RATE
 
 logger = logging.getLogger(__name__)

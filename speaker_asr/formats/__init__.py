@@ -16,6 +16,7 @@ from . import (diarized_json, json_writer, rttm_writer, srt_writer, txt_writer, 
                vtt_writer)
 from ._common import apply_speaker_names, validate_speaker_names
 from speaker_asr.errors import RequestError
+from speaker_asr.types import Response
 
 _WRITERS = {m.NAME: m for m in (json_writer, verbose_json, diarized_json, srt_writer, vtt_writer,
                                 rttm_writer, txt_writer)}
@@ -30,7 +31,7 @@ MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "rttm": "text/p
 __all__ = ["FORMATS", "TEXT_FORMATS", "TASKS", "MEDIA_TYPES", "render"]
 
 
-def render(response: dict, fmt: str, *, speaker_names: Optional[list[str]] = None,
+def render(response: Response, fmt: str, *, speaker_names: Optional[list[str]] = None,
            task: str = "transcribe") -> dict[str, Any]:
     """The response in format ``fmt``. ``speaker_names`` renames speakers in order of first
     appearance (the first to speak -> ``speaker_names[0]``, ...; later ones keep their labels).

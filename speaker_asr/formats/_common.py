@@ -12,6 +12,7 @@ from bisect import bisect_right
 from typing import Any, Optional, Sequence
 
 from speaker_asr.errors import RequestError
+from speaker_asr.types import Response
 
 MAX_SPEAKER_NAMES = 32
 
@@ -94,7 +95,7 @@ def validate_speaker_names(names: Any) -> list[str]:
     return clean
 
 
-def speakers_in_order(response: dict) -> list[Any]:
+def speakers_in_order(response: Response) -> list[Any]:
     """Speaker labels in order of first appearance in time (speaker entries, chunks and words; at
     equal times in that reading order). ``None`` is not a speaker."""
     items: list[tuple[float, Any]] = []
@@ -118,7 +119,7 @@ def speakers_in_order(response: dict) -> list[Any]:
     return order
 
 
-def apply_speaker_names(response: dict, names: Sequence[str]) -> dict:
+def apply_speaker_names(response: Response, names: Sequence[str]) -> dict:
     """A deep copy of the response with the first speakers (by first appearance) renamed to
     ``names``; later speakers keep their labels. Raises ValueError if a new name equals the label
     of a speaker that keeps its label."""
@@ -150,20 +151,20 @@ def apply_speaker_names(response: dict, names: Sequence[str]) -> dict:
 # --------------------------------------------------------------------------- segments and words
 
 
-def chunks(response: dict) -> list[dict]:
+def chunks(response: Response) -> list[dict]:
     return [c for c in response.get("chunks") or [] if isinstance(c, dict)]
 
 
-def is_diarized(response: dict) -> bool:
+def is_diarized(response: Response) -> bool:
     """Diarization was on: speaker entries exist, or chunks carry a ``speaker`` key."""
     return bool(response.get("speakers")) or any("speaker" in c for c in chunks(response))
 
 
-def has_words(response: dict) -> bool:
+def has_words(response: Response) -> bool:
     return any("words" in c for c in chunks(response))
 
 
-def _chunk_groups(response: dict) -> list[list[dict]]:
+def _chunk_groups(response: Response) -> list[list[dict]]:
     """Consecutive chunks of the same speaker."""
     groups: list[list[dict]] = []
     for chunk in chunks(response):
@@ -174,7 +175,7 @@ def _chunk_groups(response: dict) -> list[list[dict]]:
     return groups
 
 
-def speaker_segments(response: dict) -> Optional[list[dict]]:
+def speaker_segments(response: Response) -> Optional[list[dict]]:
     """Per-speaker segments ``{"start", "end", "text", "speaker"}``: the response's ``speakers``
     entries; built from consecutive same-speaker chunks when those are missing but chunks carry
     speakers; None when diarization is off."""
@@ -203,7 +204,7 @@ def word_entry(word: dict, speaker: Any) -> dict:
             "speaker": word.get("speaker", speaker)}
 
 
-def words_by_segment(response: dict, segments: list[dict]) -> list[list[dict]]:
+def words_by_segment(response: Response, segments: list[dict]) -> list[list[dict]]:
     """The response's words shared out to ``segments``: by consecutive same-speaker chunk groups
     when those match the segments one to one (how the handler builds them), else each word to the
     nearby segment it overlaps most, preferring one of its own speaker."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ._common import char_width, chunks, label, num, span, to_ms, width
+from speaker_asr.types import Response
 
 MAX_LINE = 42
 MAX_LINES = 2
@@ -79,7 +80,7 @@ def _split_text(text: str, start: float, end: float, speaker: Optional[str]) -> 
     return out
 
 
-def tokens_from_response(response: dict) -> list[Token]:
+def tokens_from_response(response: Response) -> list[Token]:
     """Every word of the transcript in order, with times and speaker labels."""
     tokens: list[Token] = []
     for chunk in chunks(response):
@@ -239,7 +240,7 @@ def _sanitize(raw: list[tuple[float, float, Optional[str], tuple[str, ...]]]) ->
     return out
 
 
-def cues_for(response: dict, reserve: Callable[[Optional[str]], int] = lambda s: 0) -> list[Cue]:
+def cues_for(response: Response, reserve: Callable[[Optional[str]], int] = lambda s: 0) -> list[Cue]:
     return build_cues(tokens_from_response(response), reserve)
 
 

@@ -8,11 +8,12 @@ when diarization is off).
 from __future__ import annotations
 
 from ._common import chunks, span, speaker_segments
+from speaker_asr.types import Response
 
 NAME = "diarized_json"
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     segments = speaker_segments(response)
     if segments is None:
         segments = [{"start": span(c)[0], "end": span(c)[1], "text": (c.get("text") or "").strip(),

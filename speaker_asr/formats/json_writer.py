@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from speaker_asr.types import Response
+
 NAME = "json"
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     return response  # already a renamed deep copy (see formats.render)

@@ -9,12 +9,13 @@ becomes ``_`` (RTTM fields are whitespace-separated). Empty without diarization.
 from __future__ import annotations
 
 from ._common import label, speaker_segments, to_ms
+from speaker_asr.types import Response
 
 NAME = "rttm"
 DEFAULT_URI = "audio"
 
 
-def write(response: dict, uri: str = DEFAULT_URI) -> str:
+def write(response: Response, uri: str = DEFAULT_URI) -> str:
     uri = "_".join(str(uri).split()) or DEFAULT_URI
     lines = []
     for seg in speaker_segments(response) or []:
@@ -27,5 +28,5 @@ def write(response: dict, uri: str = DEFAULT_URI) -> str:
     return "".join(lines)
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     return {"format": NAME, "content": write(response)}

@@ -10,6 +10,7 @@ from typing import Optional
 
 from ._common import width
 from ._cues import cues_for, timestamp
+from speaker_asr.types import Response
 
 NAME = "srt"
 
@@ -18,7 +19,7 @@ def _prefix(speaker: Optional[str]) -> str:
     return f"{speaker}: " if speaker else ""
 
 
-def write(response: dict) -> str:
+def write(response: Response) -> str:
     blocks = []
     for i, cue in enumerate(cues_for(response, lambda s: width(_prefix(s))), start=1):
         text = "\n".join((_prefix(cue.speaker) if j == 0 else "") + line for j, line in enumerate(cue.lines))
@@ -26,5 +27,5 @@ def write(response: dict) -> str:
     return "".join(blocks)
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     return {"format": NAME, "content": write(response)}

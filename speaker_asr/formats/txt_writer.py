@@ -4,11 +4,12 @@ text when diarization is off. Segments without a speaker are written without a p
 from __future__ import annotations
 
 from ._common import label, one_line, speaker_segments
+from speaker_asr.types import Response
 
 NAME = "txt"
 
 
-def write(response: dict) -> str:
+def write(response: Response) -> str:
     segments = speaker_segments(response)
     if segments is None:
         text = (response.get("text") or "").strip()
@@ -22,5 +23,5 @@ def write(response: dict) -> str:
     return "".join(lines)
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     return {"format": NAME, "content": write(response)}

@@ -9,11 +9,12 @@ on every segment only when the chunks carry words.
 from __future__ import annotations
 
 from ._common import chunks, has_words, span, speaker_segments, word_entry, words_by_segment
+from speaker_asr.types import Response
 
 NAME = "verbose_json"
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     segments = speaker_segments(response)
     with_words = has_words(response)
     out_segments = []

@@ -7,6 +7,7 @@ text and in the voice name (so ``-->`` never appears in a cue's text).
 from __future__ import annotations
 
 from ._cues import cues_for, timestamp
+from speaker_asr.types import Response
 
 NAME = "vtt"
 
@@ -15,7 +16,7 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def write(response: dict) -> str:
+def write(response: Response) -> str:
     out = ["WEBVTT\n"]
     for cue in cues_for(response):
         lines = [escape(line) for line in cue.lines]
@@ -25,5 +26,5 @@ def write(response: dict) -> str:
     return "".join(out)
 
 
-def render(response: dict, *, task: str = "transcribe") -> dict:
+def render(response: Response, *, task: str = "transcribe") -> dict:
     return {"format": NAME, "content": write(response)}

@@ -65,6 +65,24 @@ def _keep_encoder_on_sdpa(model, context: dict) -> Optional[str]:
     return None if keep_encoder_on_sdpa(model) else "the model is not on SDPA attention"
 
 
+def _decoder_eager_at_load(model, context: dict) -> Optional[str]:
+    """transformers switches the shared model config to eager attention at the first request
+    with word timestamps (it needs the cross-attention weights), so the attention a request ran
+    with depended on the requests before it. Decided here once instead: eager from the start for
+    a model with alignment heads (keep_encoder_on_sdpa has given the encoder its own config)."""
+    from transformers.models.whisper import modeling_whisper
+
+    if not hasattr(modeling_whisper, "ALL_ATTENTION_FUNCTIONS"):
+        return "transformers 4.51 picks attention classes at build time: nothing switches"
+    if not getattr(model.generation_config, "alignment_heads", None):
+        return "the model has no alignment heads: no word timestamps, nothing switches"
+    if getattr(model.model.encoder.config, "_attn_implementation", None) == "eager" \
+            or model.model.encoder.config is model.model.config:
+        return "the encoder shares the decoder's config (keep_encoder_on_sdpa did not apply)"
+    model.model.config._attn_implementation = "eager"
+    return None
+
+
 def _cache_suppress_masks(model, context: dict) -> Optional[str]:
     from speaker_asr.patches.whisper import cache_suppress_masks
 
@@ -122,6 +140,9 @@ PATCHES: tuple[Patch, ...] = (
     Patch("keep_encoder_on_sdpa", "whisper", False, _TRANSFORMERS, _keep_encoder_on_sdpa,
           "the encoder keeps SDPA attention and returns no attention weights when word timestamps "
           "switch the decoder to eager attention"),
+    Patch("decoder_eager_at_load", "whisper", False, "transformers 4.52+ (4.57, 5.x)", _decoder_eager_at_load,
+          "the decoder runs eager attention from the start, as transformers switches it at the first "
+          "word-timestamp request (the attention no longer depends on earlier requests)"),
     Patch("cache_suppress_masks", "whisper", False, _TRANSFORMERS, _cache_suppress_masks,
           "suppress-token masks built once per processor instead of at every step"),
     Patch("fast_dtw", "whisper", False, _TRANSFORMERS, _fast_dtw,

@@ -1,0 +1,281 @@
+"""Content negotiation and request parsing: HttpError, the accepted media types, audio sniffing,
+query/form value coercion, the body size limit, and the handler's ``data`` from a JSON, raw-audio
+or multipart request."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Optional
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+DRAIN_AFTER_LIMIT_BYTES = 1024 * 1024
+
+
+class HttpError(Exception):
+    """An HTTP error answered as ``{"error": message}``."""
+
+    def __init__(self, status: int, message: str, headers: Optional[dict] = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+# the audio types the inference toolkit lists, and a few more; any audio/* or video/* is accepted
+AUDIO_MEDIA_TYPES = (
+    "audio/flac", "audio/x-flac", "audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave",
+    "audio/mpeg", "audio/mp3", "audio/x-mpeg-3", "audio/ogg", "audio/opus", "audio/webm",
+    "audio/m4a", "audio/x-m4a", "audio/mp4", "audio/aac", "audio/amr", "audio/amr-wb",
+    "audio/x-audio", "video/mp4", "video/webm", "video/ogg",
+)
+RAW_MEDIA_TYPES = ("", "application/octet-stream", "application/x-www-form-urlencoded")
+
+_INT = re.compile(r"[+-]?\d{1,18}")
+_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+
+
+def coerce_value(value: str) -> Any:
+    """A query-string or form value as the JSON value it spells: ``true``/``false`` -> bool,
+    ``2`` -> int, ``0.5`` -> float; anything else stays a string (``en``, ``translate``)."""
+    text = value.strip()
+    if text.lower() == "true":
+        return True
+    if text.lower() == "false":
+        return False
+    if _INT.fullmatch(text):
+        return int(text)
+    if _FLOAT.fullmatch(text):
+        number = float(text)
+        if math.isfinite(number):
+            return number
+    return value
+
+
+def sniff_audio(data: bytes) -> Optional[str]:
+    """The container format the first bytes announce, or None when they do not look like audio."""
+    head = bytes(data[:16])
+    if len(head) >= 12 and head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
+        return "wav"
+    if head[:4] in (b"RF64", b"BW64"):
+        return "wav"
+    if len(head) >= 12 and head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+        return "aiff"
+    if head[:4] == b"fLaC":
+        return "flac"
+    if head[:4] == b"OggS":
+        return "ogg"
+    if head[:3] == b"ID3":
+        return "mp3"
+    if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xE0) == 0xE0:
+        # MPEG audio frame sync; layer bits 00 is an ADTS (AAC) header
+        return "mp3" if head[1] & 0x06 else "aac"
+    if len(head) >= 8 and head[4:8] == b"ftyp":
+        return "mp4"
+    if head[:4] == b"\x1a\x45\xdf\xa3":
+        return "webm"
+    if head[:5] == b"#!AMR":
+        return "amr"
+    if head[:4] == b".snd":
+        return "au"
+    if head[:4] == b"caff":
+        return "caf"
+    if head[:8] == b"\x30\x26\xb2\x75\x8e\x66\xcf\x11":
+        return "asf"
+    return None
+
+
+def media_type(content_type: Optional[str]) -> str:
+    """``Audio/WAV; charset=x`` -> ``audio/wav``; missing -> ``""``."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+def is_audio_media_type(value: str) -> bool:
+    return value in AUDIO_MEDIA_TYPES or value.startswith(("audio/", "video/"))
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _too_large(limit: int, got: Optional[int] = None) -> HttpError:
+    got_text = f" ({_size(got)})" if got is not None else ""
+    return HttpError(413, f"the request body{got_text} is larger than this server's limit of "
+                             f"{limit} bytes ({_size(limit)}, MAX_BODY_BYTES); send a shorter or "
+                             "compressed recording (FLAC, MP3, Opus), as raw bytes rather than "
+                             "base64 JSON (a third larger)")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refusing it (413) by its Content-Length before reading anything, and while
+    reading when it arrives chunked or without a length."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            length = int(declared)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            raise HttpError(400, f"invalid Content-Length header {declared[:40]!r}") from None
+        if length > limit:
+            raise _too_large(limit, length)
+    chunks, total = [], 0
+    stream = request.stream()
+    async for chunk in stream:
+        total += len(chunk)
+        if total > limit:
+            chunks.clear()
+            # read (and drop) a little more, so that a client just over the limit has sent its
+            # whole body and reads the 413 instead of a connection reset
+            async for extra in stream:
+                total += len(extra)
+                if total > limit + DRAIN_AFTER_LIMIT_BYTES:
+                    break
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def collect_parameters(items) -> dict[str, Any]:
+    """(key, text) pairs -> parameters, values coerced; a key given more than once becomes a list
+    (``?speaker_names=Diane&speaker_names=Sheila``)."""
+    grouped: dict[str, list] = {}
+    for key, value in items:
+        grouped.setdefault(key, []).append(coerce_value(value))
+    return {key: values[0] if len(values) == 1 else values for key, values in grouped.items()}
+
+
+def query_parameters(request: Request) -> dict[str, Any]:
+    return collect_parameters(request.query_params.multi_items())
+
+
+_JSON_SHAPE = '{"inputs": "<base64 audio>", "parameters": {...}}'
+
+
+async def _json_data(body: bytes, query: dict[str, Any]) -> dict[str, Any]:
+    try:
+        # a base64 recording is megabytes of JSON: parse it off the event loop
+        data = json.loads(body) if len(body) < 1 << 20 else await run_in_threadpool(json.loads, body)
+    except UnicodeDecodeError:
+        raise HttpError(400, "the body is not valid JSON (it is not UTF-8 text); send "
+                                f"{_JSON_SHAPE}, or the audio file with an audio/* Content-Type") from None
+    except json.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not valid JSON ({exc.msg} at line {exc.lineno} "
+                                f"column {exc.colno}); send {_JSON_SHAPE}") from None
+    except RecursionError:  # a few KB of [[[[...]]]] exhaust the parser's stack: a client error
+        raise HttpError(400, f"the JSON body is nested too deeply; send {_JSON_SHAPE}") from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", int: "a number", float: "a number",
+                bool: "a boolean", type(None): "null"}.get(type(data), type(data).__name__)
+        raise HttpError(400, f"the JSON body must be an object like {_JSON_SHAPE}, got {kind}")
+    if "inputs" not in data:
+        keys = ", ".join(repr(k) for k in list(data)[:10]) or "none"
+        raise HttpError(400, f"the JSON body has no 'inputs' (keys: {keys}); send {_JSON_SHAPE}")
+    if query:
+        parameters = data.get("parameters")
+        if parameters is None:
+            data["parameters"] = query
+        elif isinstance(parameters, dict):  # the body's parameters win
+            data["parameters"] = {**query, **parameters}
+    return data
+
+
+def _replay(body: bytes):
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+# form fields that OpenAI-style clients send and that mean nothing to a one-model endpoint
+IGNORED_FORM_FIELDS = ("model",)
+
+
+async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) -> dict[str, Any]:
+    replayed = Request(request.scope, receive=_replay(body))
+    try:
+        form = await replayed.form()
+    except HTTPException as exc:
+        raise HttpError(400, f"invalid multipart/form-data body: {exc.detail}") from None
+    except Exception as exc:  # python-multipart's MultiPartException and parse errors
+        raise HttpError(400, f"invalid multipart/form-data body: {exc}") from None
+    try:
+        audio: Optional[bytes] = None
+        fields: list[tuple[str, str]] = []
+        parameters: dict[str, Any] = {}
+        for key, value in form.multi_items():
+            is_file = not isinstance(value, str)
+            if key == "file":
+                if not is_file:
+                    raise HttpError(400, "the 'file' field must be a file upload, e.g. "
+                                            "curl -F file=@audio.wav")
+                audio = await value.read()
+            elif is_file:
+                raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file'")
+            elif key in IGNORED_FORM_FIELDS:
+                continue
+            elif key == "parameters":
+                try:
+                    extra = json.loads(value)
+                except (ValueError, RecursionError):
+                    extra = None
+                if not isinstance(extra, dict):
+                    raise HttpError(400, "the 'parameters' form field must be a JSON object")
+                parameters.update(extra)
+            else:
+                fields.append((key, value))
+    finally:
+        await form.close()
+    # form fields win over the query string, the 'parameters' JSON field over both
+    parameters = {**query, **collect_parameters(fields), **parameters}
+    if audio is None:
+        raise HttpError(400, "the multipart upload has no 'file' field: send the audio as "
+                                "-F file=@audio.wav (other fields become parameters)")
+    if not audio:
+        raise HttpError(400, "the uploaded 'file' is empty")
+    return {"inputs": audio, "parameters": parameters}
+
+
+_SUPPORTED = ("application/json (" + _JSON_SHAPE + "), audio/* or video/* (the file's bytes, "
+              "parameters in the query string), or multipart/form-data with a 'file' field")
+
+
+async def parse_request(request: Request, body: bytes) -> dict[str, Any]:
+    """The handler's ``data`` from the request, or a :class:`HttpError` (400 / 415)."""
+    raw_type = request.headers.get("content-type")
+    kind = media_type(raw_type)
+    query = query_parameters(request)
+    if kind == "application/json" or kind.endswith("+json"):
+        return await _json_data(body, query)
+    if kind == "multipart/form-data":
+        return await _multipart_data(request, body, query)
+    if is_audio_media_type(kind):
+        if not body:
+            raise HttpError(400, "the request body is empty: send the audio file's bytes")
+        return {"inputs": body, "parameters": query}
+    if kind in RAW_MEDIA_TYPES:
+        if not body:
+            raise HttpError(400, "the request body is empty: send the audio file's bytes, or "
+                                    + _JSON_SHAPE)
+        if sniff_audio(body):
+            return {"inputs": body, "parameters": query}
+        if not kind and body.lstrip()[:1] == b"{":
+            return await _json_data(body, query)
+        described = f"Content-Type {raw_type!r}" if raw_type else "no Content-Type"
+        raise HttpError(415, f"the body ({_size(len(body))}, {described}) is not a recognised "
+                                "audio file (WAV, FLAC, MP3, Ogg, MP4/M4A, WebM, AMR); if it is "
+                                "audio, set its Content-Type (e.g. audio/wav). Accepted: " + _SUPPORTED)
+    raise HttpError(415, f"unsupported Content-Type {raw_type!r}; send " + _SUPPORTED)
