@@ -19,8 +19,9 @@ IMAGE_VENV := .venv-endpoints
 # (transformers 5 cannot run there: it needs torch >= 2.6, and the toolkit itself imports
 # transformers.file_utils.is_tf_available, which 5.x removed)
 IMAGE_TRANSFORMERS := 4.57.6
-IMAGE_TESTS := tests/test_handler.py tests/test_compat.py tests/test_speedups.py tests/test_chunk_windows.py \
-	tests/test_lean_decoder.py tests/test_diarization_speedups.py tests/endpoints_image
+# the handler's tests, the compatibility checks and the patches, in another environment
+VERSION_TESTS := tests/test_endpoint.py tests/test_compat.py tests/patches
+IMAGE_TESTS := $(VERSION_TESTS) tests/endpoints_image
 REAL_MODELS_DIR ?= $(HOME)/.cache/real-models
 export REAL_MODELS_DIR
 
@@ -62,7 +63,7 @@ serve: $(VENV)/.installed
 # image emulated (where ../shared has the toolkit)
 test: $(VENV)/.installed $(COMPAT)/.installed
 	$(PY) -m pytest -q
-	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q tests/test_handler.py tests/test_compat.py tests/test_speedups.py tests/test_int8.py tests/test_lean_decoder.py tests/test_chunk_windows.py
+	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q $(VERSION_TESTS) tests/asr/test_quantization.py
 	$(MAKE) --no-print-directory test-endpoints
 
 # the REAL toolkit webservice (../shared/hf-inference-toolkit) serving handler.py in the image's

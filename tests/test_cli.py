@@ -5,7 +5,6 @@ handler, in this process), and the exit codes of bad input."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,20 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY_MAX_NEW_TOKENS, encode, tone
+from helpers import FAKE_TOKEN, GOLDEN, ROOT, cli_env, encode, tone
 
-FAKE_TOKEN = "hf_fake_SECRET123"
-GOLDEN = Path(__file__).resolve().parent / "golden"
-
-
-def cli_env(tiny_models, **overrides) -> dict:
-    env = dict(os.environ)
-    env.update(ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
-               DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
-               TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN)
-    env.update(overrides)
-    return env
 
 
 def run_cli(args, env, timeout=600) -> subprocess.CompletedProcess:
@@ -70,6 +57,7 @@ def json_result(all_formats) -> dict:
     return json.loads(all_formats["json"])
 
 
+@pytest.mark.subprocess
 def test_transcribe_json(json_result, all_formats):
     assert all_formats["json"].startswith('{\n  "')  # indented
     assert isinstance(json_result["text"], str)
@@ -84,6 +72,7 @@ def test_transcribe_json(json_result, all_formats):
     assert "Alice" in {turn["speaker"] for turn in json_result["speakers"]}  # --speaker-names
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("fmt", ["verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"])
 def test_every_format_is_rendered_from_the_same_transcription(all_formats, json_result, fmt):
     from speaker_asr.formats import TEXT_FORMATS, render
@@ -99,6 +88,7 @@ def test_every_format_is_rendered_from_the_same_transcription(all_formats, json_
     assert "Alice" in all_formats[fmt]
 
 
+@pytest.mark.subprocess
 def test_transcribe_txt_prints_one_line_per_speaker_turn(tiny_models, wav_path, all_formats,
                                                          json_result):
     """A single format is the handler's response_format: the same text as the run above."""
@@ -114,6 +104,7 @@ def test_transcribe_txt_prints_one_line_per_speaker_turn(tiny_models, wav_path, 
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
 
 
+@pytest.mark.subprocess
 def test_audio_the_handler_refuses_exits_2_with_its_message(tiny_models, tmp_path):
     not_audio = tmp_path / "notes.wav"
     not_audio.write_text("these are meeting notes, not a recording\n")
@@ -126,6 +117,7 @@ def test_audio_the_handler_refuses_exits_2_with_its_message(tiny_models, tmp_pat
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args, fragment", [
     (["transcribe", "{wav}", "--task", "dance"], "invalid choice"),
     (["transcribe", "{wav}", "--num-speakers", "0"], "must be 1 or more"),
@@ -145,6 +137,7 @@ def test_bad_arguments_exit_2_before_loading_models(tiny_models, wav_path, args,
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_model_load_failure_exits_1_without_the_token(tiny_models, wav_path):
     proc = run_cli(["transcribe", wav_path], cli_env(
         tiny_models, ASR_MODEL=f"/nonexistent/{FAKE_TOKEN}/whisper", DIARIZATION_MODEL="", ASSISTANT_MODEL=""))
@@ -153,6 +146,7 @@ def test_model_load_failure_exits_1_without_the_token(tiny_models, wav_path):
     assert FAKE_TOKEN not in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_serve_refuses_a_bad_port_setting(tiny_models):
     proc = run_cli(["serve"], cli_env(tiny_models, PORT="eighty"), timeout=120)
     assert proc.returncode == 2

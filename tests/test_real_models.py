@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REAL_MODELS, SHARED_AUDIO
+from helpers import REAL_MODELS, SHARED_AUDIO
 
 pytestmark = pytest.mark.real
 

@@ -75,7 +75,7 @@ def _check(response, name: str, words: bool):
 
 @pytest.fixture(scope="module", params=["automatic-speech-recognition", None], ids=["HF_TASK=asr", "no-HF_TASK"])
 def server(request, tiny_models):
-    from conftest import TINY_MAX_NEW_TOKENS
+    from helpers import TINY_MAX_NEW_TOKENS
 
     env = {"HF_TASK": request.param, "ASR_MODEL": str(tiny_models["whisper"]),
            "ASSISTANT_MODEL": str(tiny_models["assistant"]),

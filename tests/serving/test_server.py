@@ -13,12 +13,10 @@ responses or the health checks.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -32,102 +30,12 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import ROOT, TINY_MAX_NEW_TOKENS, encode, tone
+from helpers import (FAKE_TOKEN, HTTP, MAX_BODY, REQUEST_TIMEOUT_S, SEEN_RESPONSES,
+                     ServerProcess, b64, check_error, encode, free_port,
+                     parse_metrics, record, server_env, session, tone)
 
-FAKE_TOKEN = "hf_fake_SECRET123"
-MAX_BODY = 2_000_000  # the subprocess server's MAX_BODY_BYTES; every test clip is far smaller
-STARTUP_TIMEOUT_S = 240  # bounded wait for the model to load (seconds; usually ~10)
-REQUEST_TIMEOUT_S = 180
-
-# every body a server sent back, checked for the token at the end
-SEEN_RESPONSES: list[str] = []
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def session() -> requests.Session:
-    s = requests.Session()
-    s.trust_env = False  # no proxy for 127.0.0.1
-    return s
-
-
-HTTP = session()
-
-
-def record(response: requests.Response) -> requests.Response:
-    SEEN_RESPONSES.append(response.text)
-    SEEN_RESPONSES.append(json.dumps(dict(response.headers)))
-    return response
-
-
-class ServerProcess:
-    def __init__(self, name: str, env: dict, log_dir: Path):
-        self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        self.health_log: list[tuple[int, dict]] = []
-
-    def get(self, path: str, **kwargs) -> requests.Response:
-        return record(HTTP.get(self.url + path, timeout=kwargs.pop("timeout", 30), **kwargs))
-
-    def post(self, path: str = "/", **kwargs) -> requests.Response:
-        return record(HTTP.post(self.url + path, timeout=kwargs.pop("timeout", REQUEST_TIMEOUT_S), **kwargs))
-
-    def wait_health(self, done, timeout: float = STARTUP_TIMEOUT_S) -> tuple[int, dict]:
-        """Poll /health until ``done(status, body)``; fail if the process exits or time runs out."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"{self.name} server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
-            try:
-                r = self.get("/health", timeout=10)
-            except requests.ConnectionError:
-                time.sleep(0.1)
-                continue
-            self.health_log.append((r.status_code, r.json()))
-            if done(r.status_code, r.json()):
-                return r.status_code, r.json()
-            time.sleep(0.2)
-        pytest.fail(f"{self.name} server: no answer in {timeout} s; health: {self.health_log[-3:]}\n"
-                    f"{self.log()[-4000:]}")
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
-
-
-def server_env(tiny_models, **overrides) -> dict:
-    env = dict(os.environ)
-    env.update(
-        ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
-        DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
-        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
-        TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN, MAX_BODY_BYTES=str(MAX_BODY),
-        LOG_LEVEL="info", PYTHONUNBUFFERED="1")
-    env.pop("HOST", None)
-    env.pop("PORT", None)
-    env.update(overrides)
-    return env
-
+# every test here starts the server (or the command line) as a process
+pytestmark = pytest.mark.subprocess
 
 @pytest.fixture(scope="module")
 def servers(tiny_models, tmp_path_factory):
@@ -158,10 +66,6 @@ def clip_path(clip, tmp_path_factory) -> Path:
     return path
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
 def check_transcript(body: dict, duration: float) -> None:
     assert isinstance(body["text"], str)
     assert body["chunks"], body
@@ -171,15 +75,6 @@ def check_transcript(body: dict, duration: float) -> None:
     assert isinstance(body["speakers"], list)
     assert body["duration"] == pytest.approx(duration, abs=0.01)
 
-
-def check_error(r: requests.Response, status: int, *fragments: str) -> str:
-    assert r.status_code == status, (r.status_code, r.text)
-    assert r.headers["content-type"].startswith("application/json")
-    assert r.headers.get("x-request-id")
-    message = r.json()["error"]
-    for fragment in fragments:
-        assert fragment.lower() in message.lower(), message
-    return message
 
 
 # --------------------------------------------------------------------------- healthy server
@@ -382,15 +277,6 @@ def test_415_unsupported_media_types(servers):
 def test_404_and_405_are_json(servers):
     check_error(servers.main.get("/nope"), 404, "no such route")
     check_error(record(HTTP.put(servers.main.url + "/predict", data=b"x", timeout=30)), 405)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
 
 
 def test_metrics_after_requests(servers):

@@ -7,7 +7,6 @@ transcript every time). The CLI's files must be what the server sends.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -17,9 +16,10 @@ import pytest
 import srt
 import webvtt
 
-from conftest import ROOT, encode, tone
-from test_cli import cli_env
-from test_server import ServerProcess, b64, server_env
+from helpers import ROOT, ServerProcess, b64, cli_env, encode, server_env, tone
+
+# every test here starts the server (or the command line) as a process
+pytestmark = pytest.mark.subprocess
 
 CLIP_SECONDS = 4.0
 PARAMS = {"language": "en", "num_speakers": 2}

@@ -78,7 +78,7 @@ def test_splitter_changes_only_inside_the_context(tiny_models):
 
 def test_chunked_request_encodes_each_batch_of_windows_once(tiny_models):
     from speaker_asr.config import InferenceConfig
-    from conftest import tiny_settings
+    from helpers import tiny_settings
     import transformers
 
     from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from speaker_asr.audio.decode import AudioDecodeError, decode_audio
-from conftest import SHARED_AUDIO, encode, tone
+from helpers import SHARED_AUDIO, encode, tone
 from speaker_asr.audio.inputs import decode_base64, input_bytes, preprocess_inputs
 
 needs_ffmpeg = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")

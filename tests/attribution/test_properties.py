@@ -2,7 +2,6 @@
 ValueError, the alignment core keeps its invariants for any input, and the audio decoder turns
 random or damaged bytes into audio or a clear error -- never a crash or a hang."""
 
-import io
 import math
 
 import numpy as np
@@ -14,7 +13,7 @@ from speaker_asr.attribution.speakers import (SpeakerIndex, attribute_words, res
 from speaker_asr.types import Turn, Word
 from speaker_asr.audio.decode import AudioDecodeError, decode_audio
 from speaker_asr.config import InferenceConfig, ModelCapabilities
-from conftest import encode, tone
+from helpers import encode, tone
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True) | st.text(max_size=20),

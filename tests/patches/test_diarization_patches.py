@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import tone
+from helpers import tone
 
 
 def _load(tiny_models, speedups: bool):

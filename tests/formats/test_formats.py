@@ -13,7 +13,6 @@ import html
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import srt
@@ -24,8 +23,7 @@ from hypothesis import strategies as st
 from speaker_asr.formats import FORMATS, render
 from speaker_asr.formats._common import width
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
-ROOT = GOLDEN.parent.parent
+from helpers import GOLDEN, ROOT
 TEXT_FORMATS = {"srt": "srt", "vtt": "vtt", "rttm": "rttm", "txt": "txt"}
 JSON_FORMATS = {"verbose_json": "verbose_json.json", "diarized_json": "diarized_json.json"}
 NAMES = ["Alice", "Bob & Carol"]

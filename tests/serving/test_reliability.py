@@ -35,9 +35,11 @@ import numpy as np
 import pytest
 import requests
 
-from conftest import SAMPLE_RATE, encode, tone
-from test_server import (FAKE_TOKEN, ServerProcess, b64, check_error, parse_metrics, record,
-                         server_env, session)
+from helpers import (FAKE_TOKEN, SAMPLE_RATE, ServerProcess, b64, check_error, encode,
+                     parse_metrics, record, server_env, session, tone)
+
+# every test here starts the server (or the command line) as a process
+pytestmark = pytest.mark.subprocess
 
 MAX_BODY = 300_000
 MAX_AUDIO_S = 5

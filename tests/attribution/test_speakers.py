@@ -319,11 +319,12 @@ def test_pure_logic_imports_no_model_library():
     transformers nor the web server: they are usable and testable without them."""
     import subprocess
     import sys
-    from pathlib import Path
+
+    from helpers import ROOT
 
     modules = ("speaker_asr.attribution.speakers", "speaker_asr.attribution.response",
                "speaker_asr.audio.inputs", "speaker_asr.errors", "speaker_asr.config")
     code = (f"import sys, {', '.join(modules)}; "
             "bad = {'torch', 'pyannote', 'transformers', 'starlette'} & {m.split('.')[0] for m in sys.modules}; "
             "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, check=True)
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

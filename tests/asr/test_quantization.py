@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SAMPLE_RATE, encode, tiny_settings, tone
+from helpers import SAMPLE_RATE, encode, tiny_settings, tone
 from speaker_asr.asr.quantization import Int8Head, Int8Linear, kernel_available, quantize_decoder
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="torch lacks _weight_int8pack_mm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import tiny_settings
+from helpers import tiny_settings
 
 
 def _transformers_major() -> int:

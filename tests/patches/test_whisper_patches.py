@@ -11,7 +11,7 @@ from transformers.generation.logits_process import (
     SuppressTokensLogitsProcessor,
 )
 
-from conftest import SAMPLE_RATE, tiny_settings, tone
+from helpers import SAMPLE_RATE, tiny_settings, tone
 from speaker_asr.patches.whisper import CachedSuppressTokens, CachedSuppressTokensAtBegin
 
 

@@ -1,18 +1,15 @@
 """The endpoint handler end to end with tiny random models, loaded through the production
 settings and from_pretrained paths (offline)."""
 
-import base64
 import json
 import os
 
 import numpy as np
 import pytest
 
-from conftest import TINY_MAX_NEW_TOKENS, encode, tiny_settings, tone
+from helpers import TINY_MAX_NEW_TOKENS, b64, encode, tiny_settings, tone
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def assert_schema(r: dict, diarized: bool = True):

@@ -1,0 +1,180 @@
+"""Helpers the tests share (import them from here, not from conftest): paths, the tiny models'
+settings, and audio made in code. Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+REAL_MODELS = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
+SHARED_AUDIO = ROOT.parent / "shared" / "audio"
+SAMPLE_RATE = 16_000
+# generation cap for random weights: keeps every test fast
+TINY_MAX_NEW_TOKENS = 24
+
+
+def tiny_settings(tiny_models, **overrides):
+    """ModelSettings for the tiny random models (the ``tiny_models`` fixture), as production reads them."""
+    from speaker_asr.config import ModelSettings
+
+    values = dict(asr_model=str(tiny_models["whisper"]), assistant_model=str(tiny_models["assistant"]),
+                  diarization_model=str(tiny_models["pyannote"]), max_new_tokens=TINY_MAX_NEW_TOKENS)
+    values.update(overrides)
+    return ModelSettings(**values)
+
+
+def tone(seconds: float, sr: int = SAMPLE_RATE, freq: float = 220.0, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(seconds * sr)) / sr
+    mono = (0.3 * np.sin(2 * np.pi * freq * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 1.5 * t))).astype(np.float32)
+    return np.stack([mono] * channels, axis=1) if channels > 1 else mono
+
+
+def encode(audio: np.ndarray, sr: int = SAMPLE_RATE, fmt: str = "WAV", subtype: str | None = None) -> bytes:
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, audio, sr, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+# --------------------------------------------------------------------------- processes
+
+FAKE_TOKEN = "hf_fake_SECRET123"
+MAX_BODY = 2_000_000  # the subprocess server's MAX_BODY_BYTES; every test clip is far smaller
+STARTUP_TIMEOUT_S = 240  # bounded wait for the model to load (seconds; usually ~10)
+REQUEST_TIMEOUT_S = 180
+
+# every body a server sent back, checked for the token at the end
+SEEN_RESPONSES: list[str] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def session() -> requests.Session:
+    s = requests.Session()
+    s.trust_env = False  # no proxy for 127.0.0.1
+    return s
+
+
+HTTP = session()
+
+
+def record(response: requests.Response) -> requests.Response:
+    SEEN_RESPONSES.append(response.text)
+    SEEN_RESPONSES.append(json.dumps(dict(response.headers)))
+    return response
+
+
+class ServerProcess:
+    def __init__(self, name: str, env: dict, log_dir: Path):
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"{name}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.health_log: list[tuple[int, dict]] = []
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return record(HTTP.get(self.url + path, timeout=kwargs.pop("timeout", 30), **kwargs))
+
+    def post(self, path: str = "/", **kwargs) -> requests.Response:
+        return record(HTTP.post(self.url + path, timeout=kwargs.pop("timeout", REQUEST_TIMEOUT_S), **kwargs))
+
+    def wait_health(self, done, timeout: float = STARTUP_TIMEOUT_S) -> tuple[int, dict]:
+        """Poll /health until ``done(status, body)``; fail if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"{self.name} server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
+            try:
+                r = self.get("/health", timeout=10)
+            except requests.ConnectionError:
+                time.sleep(0.1)
+                continue
+            self.health_log.append((r.status_code, r.json()))
+            if done(r.status_code, r.json()):
+                return r.status_code, r.json()
+            time.sleep(0.2)
+        pytest.fail(f"{self.name} server: no answer in {timeout} s; health: {self.health_log[-3:]}\n"
+                    f"{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+
+def server_env(tiny_models, **overrides) -> dict:
+    env = dict(os.environ)
+    env.update(
+        ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
+        DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+        TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN, MAX_BODY_BYTES=str(MAX_BODY),
+        LOG_LEVEL="info", PYTHONUNBUFFERED="1")
+    env.pop("HOST", None)
+    env.pop("PORT", None)
+    env.update(overrides)
+    return env
+
+
+def check_error(r: requests.Response, status: int, *fragments: str) -> str:
+    assert r.status_code == status, (r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/json")
+    assert r.headers.get("x-request-id")
+    message = r.json()["error"]
+    for fragment in fragments:
+        assert fragment.lower() in message.lower(), message
+    return message
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def cli_env(tiny_models, **overrides) -> dict:
+    env = dict(os.environ)
+    env.update(ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
+               DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+               TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN)
+    env.update(overrides)
+    return env
