@@ -241,7 +241,7 @@ def test_handler_from_environment_without_diarization(tiny_models, speech_like_w
 
 def test_pyannote_telemetry_is_off(handler):
     assert os.environ["PYANNOTE_METRICS_ENABLED"] == "false"
-    from speaker_asr.diarization.pipeline import pyannote_major
+    from speaker_asr.compat import pyannote_major
 
     if pyannote_major() < 4:
         pytest.skip("pyannote.audio 3.x has no telemetry")
@@ -285,7 +285,7 @@ def test_prompt_conditions_decoding_and_is_not_echoed(handler, speech_like_wav):
 
 
 def test_temperature_fallback_guards_run(handler, speech_like_wav):
-    from speaker_asr.asr.transcriber import _transformers_major
+    from speaker_asr.compat import transformers_major as _transformers_major
 
     guards = {"temperature": [0.0, 0.5], "compression_ratio_threshold": 1.05, "logprob_threshold": -0.01}
     assert_schema(handler({"inputs": b64(speech_like_wav), "parameters": guards}))

@@ -25,6 +25,7 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.asr.hallucination import drop_hallucinations
 from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig,
                                 ModelCapabilities, ModelSettings)
+from speaker_asr.compat import dtype_kwarg, transformers_major
 from speaker_asr.types import Segment, Transcript, Word
 
 logger = logging.getLogger(__name__)
@@ -54,12 +55,6 @@ def _pipeline_class():
     return SegmentsAndWordsPipeline
 
 
-def _transformers_major() -> int:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0])
-
-
 def _times(c: dict) -> tuple[Optional[float], Optional[float]]:
     start, end = (tuple(c.get("timestamp") or ()) + (None, None))[:2]
     return start, end
@@ -71,15 +66,6 @@ def _segment(c: dict) -> Segment:
 
 def _word(c: dict) -> Word:
     return Word(c.get("text", ""), *_times(c))
-
-
-def dtype_kwarg(dtype) -> dict:
-    """transformers >= 4.56 calls it ``dtype``; older releases only know ``torch_dtype``."""
-    import transformers
-    from packaging.version import Version
-
-    name = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
-    return {name: dtype}
 
 
 def _clear_forced_decoder_ids(model) -> None:
@@ -200,7 +186,7 @@ class WhisperTranscriber:
                                  multilingual=self.multilingual,
                                  languages=self.languages if self.multilingual else frozenset({"en"}),
                                  has_diarization=has_diarization,
-                                 no_speech_detection=_transformers_major() >= 5)
+                                 no_speech_detection=transformers_major() >= 5)
 
     def generate_kwargs(self, cfg: InferenceConfig, language: Optional[str] = None,
                         assisted: bool = False) -> dict:

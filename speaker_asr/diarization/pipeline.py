@@ -18,6 +18,7 @@ import numpy as np
 from speaker_asr.attribution.speakers import exclusive_turns
 from speaker_asr.types import Turn
 from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.compat import pyannote_major
 
 logger = logging.getLogger(__name__)
 
@@ -52,14 +53,6 @@ def _local_pipeline_path(model: str) -> Optional[Path]:
     if model.endswith((".yaml", ".yml")) or model.startswith((".", "/", "~")):
         raise RuntimeError(f"DIARIZATION_MODEL={model}: no such file or folder")
     return None
-
-
-def pyannote_major() -> int:
-    """The installed pyannote.audio's major version (3 on the default Endpoints image's torch 2.5,
-    4 where torch >= 2.8)."""
-    from pyannote.audio import __version__
-
-    return int(str(__version__).split(".")[0])
 
 
 def pyannote3_config(path: Path) -> str:

@@ -72,10 +72,9 @@ def install(model) -> bool:
     segments). Returns whether it applied: from transformers 4.52 on (4.57 and 5.x were measured
     to decode an unfinished window twice; 4.51 decodes it once and keeps its stock splitter), where
     the splitter takes the keywords this reads."""
-    import transformers
-    from packaging.version import Version
+    from speaker_asr.compat import transformers_at_least
 
-    if Version(transformers.__version__) < Version("4.52"):
+    if not transformers_at_least("4.52"):
         return False
     stock = getattr(model, "_retrieve_segment", None)
     if stock is None:

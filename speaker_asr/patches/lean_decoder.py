@@ -29,9 +29,9 @@ logger = logging.getLogger(__name__)
 def _supported() -> bool:
     """transformers 5 (its decoder step is what lean_forward mirrors); 4.x keeps the stock decoder.
     4.56-4.57 already have cache layers, but their step differs and the probe would refuse it."""
-    import transformers
+    from speaker_asr.compat import transformers_major
 
-    if int(transformers.__version__.split(".")[0]) < 5:
+    if transformers_major() < 5:
         return False
     try:
         from transformers.cache_utils import DynamicCache

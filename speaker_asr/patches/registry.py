@@ -42,19 +42,11 @@ class PatchResult:
         return asdict(self)
 
 
-def _transformers_version():
-    import transformers
-    from packaging.version import Version
-
-    return Version(transformers.__version__)
-
-
 def _chunk_windows(model, context: dict) -> Optional[str]:
-    from packaging.version import Version
-
+    from speaker_asr.compat import transformers_at_least
     from speaker_asr.patches import chunk_windows
 
-    if _transformers_version() < Version("4.52"):
+    if not transformers_at_least("4.52"):
         return "transformers 4.51 decodes each chunked window once already"
     return None if chunk_windows.install(model) else "transformers' segment splitter takes other arguments"
 

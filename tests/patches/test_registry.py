@@ -6,12 +6,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import tiny_settings
-
-
-def _transformers_major() -> int:
-    import transformers
-
-    return int(transformers.__version__.split(".")[0])
+from speaker_asr.compat import transformers_major as _transformers_major
 
 
 @pytest.fixture(scope="module")

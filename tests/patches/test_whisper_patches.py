@@ -88,7 +88,7 @@ def test_speedups_keep_output_identical(transcribers, seconds, assisted):
 
 def test_encoder_stays_on_sdpa_after_word_timestamps(transcribers):
     from speaker_asr.config import InferenceConfig
-    from speaker_asr.asr.transcriber import _transformers_major
+    from speaker_asr.compat import transformers_major as _transformers_major
 
     fast = transcribers[True]
     model = fast.model.model
