@@ -98,8 +98,7 @@ def cold_start(venv: Path) -> None:
     import shutil
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from toolkit_server import toolkit_server
+    from toolkit_server import toolkit_server  # beside this script: sys.path[0] when it runs
 
     real = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
     pipeline = real / "pyannote-campp-3.1"
