@@ -19,26 +19,21 @@ that context (audio that fits one window, sequential long-form) nothing changes.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import threading
 
-_STATE = threading.local()
+from speaker_asr.patches.scope import RequestScope
+
+# whether windows decoded on this thread get one pass (set around a chunked request's decoding)
+_ONE_PASS = RequestScope(False)
 # the keyword arguments transformers 5's generate passes to _retrieve_segment and this reads
 _NEEDED = ("seek_sequence", "seek_outputs", "time_offset", "seek_num_frames",
            "time_precision_features", "prev_idx", "idx", "return_token_timestamps",
            "decoder_input_ids")
 
 
-@contextlib.contextmanager
 def one_pass_per_window(enabled: bool = True):
     """Within this block (this thread), windows decoded by an installed model get one pass."""
-    previous = getattr(_STATE, "enabled", False)
-    _STATE.enabled = enabled
-    try:
-        yield
-    finally:
-        _STATE.enabled = previous
+    return _ONE_PASS.set(enabled)
 
 
 def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
@@ -88,7 +83,7 @@ def install(model) -> bool:
 
     def retrieve_segment(**kw):
         segments, offset = stock(**kw)
-        if not getattr(_STATE, "enabled", False):
+        if not _ONE_PASS.get():
             return segments, offset
         return keep_tail(segments, offset, **kw)
 

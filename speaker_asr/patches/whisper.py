@@ -44,13 +44,11 @@ no token, text or word time; tests/test_speedups.py compares against the stock c
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import inspect
 import math
 import threading
-import time
 from typing import Optional
 
 import numpy as np
@@ -60,6 +58,8 @@ from transformers.generation.logits_process import (
     SuppressTokensAtBeginLogitsProcessor,
     SuppressTokensLogitsProcessor,
 )
+
+from speaker_asr.patches.scope import RequestScope
 
 
 def keep_encoder_on_sdpa(model) -> bool:
@@ -204,7 +204,7 @@ class _FastHead:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.linear.weight
-        if not self.enabled or not getattr(_SCOPE, "allowed", True) or x.dtype != torch.float32 \
+        if not self.enabled or not FAST_HEAD_ALLOWED.get() or x.dtype != torch.float32 \
                 or x.device.type != "cpu":
             return torch.nn.functional.linear(x, weight, self.linear.bias)
         shape = x.shape
@@ -271,18 +271,13 @@ def fast_lm_head(model, require_native_bfloat16: bool = True) -> Optional[str]:
     return None
 
 
-_SCOPE = threading.local()
+# whether requests decoding on this thread may use the fast projection
+FAST_HEAD_ALLOWED = RequestScope(True)
 
 
-@contextlib.contextmanager
 def fast_lm_head_scope(allowed: bool):
     """Within this block (this thread) the fast projection runs only if ``allowed``."""
-    previous = getattr(_SCOPE, "allowed", True)
-    _SCOPE.allowed = allowed
-    try:
-        yield
-    finally:
-        _SCOPE.allowed = previous
+    return FAST_HEAD_ALLOWED.set(allowed)
 
 
 def fast_lm_head_allowed(generate_kwargs: dict) -> bool:

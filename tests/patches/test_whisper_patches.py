@@ -238,7 +238,7 @@ def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcriber
     logits = state.logits
 
     def spy(x):
-        scopes.append(getattr(whisper._SCOPE, "allowed", True))
+        scopes.append(whisper.FAST_HEAD_ALLOWED.get())
         return logits(x)
 
     monkeypatch.setattr(state, "logits", spy)
@@ -255,7 +255,7 @@ def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcriber
     fallback = InferenceConfig.from_request({"language": "en", "temperature": [0.0, 0.4]}, caps)
     fast.transcribe(_speech_like(3.0), fallback)
     assert scopes and not any(scopes)  # sampling reads probabilities: the float32 projection runs
-    assert state.enabled and getattr(whisper._SCOPE, "allowed", True)  # nothing left behind
+    assert state.enabled and whisper.FAST_HEAD_ALLOWED.get()  # nothing left behind
     assert fast_lm_head_allowed({"num_beams": 1, "do_sample": False})
     assert not fast_lm_head_allowed({"do_sample": True, "temperature": 0.5})
     assert not fast_lm_head_allowed({"logprob_threshold": -1.0})
