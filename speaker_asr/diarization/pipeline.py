@@ -72,12 +72,11 @@ def pyannote3_config(path: Path) -> str:
 
     import yaml
 
-    config_file = path
-    text = config_file.read_text()
+    text = path.read_text()
     config = yaml.safe_load(text.replace("$model/", f"{path.parent.resolve()}/"))
     params = (config.get("pipeline") or {}).get("params") or {}
     if "$model/" not in text and "plda" not in params:
-        return str(config_file)
+        return str(path)
     params.pop("plda", None)
     for name in ("segmentation", "embedding"):  # 4.x names a model's folder, 3.x its checkpoint
         if isinstance(params.get(name), str) and (Path(params[name]) / "pytorch_model.bin").is_file():
@@ -100,8 +99,8 @@ def _gated_message(model: str, reason: str = "") -> str:
 def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
                               speedups: bool = True):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
-    file; on ``device``, with the speed fixes of :mod:`diarization_speedups` unless ``speedups``
-    is false. Fails with a message naming what to accept and set -- never the token."""
+    file; on ``device``, with the speed fixes of :mod:`speaker_asr.patches.diarization` (through
+    the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false. Fails with a message naming what to accept and set -- never the token."""
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 

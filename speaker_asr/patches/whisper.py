@@ -200,11 +200,10 @@ class _FastHead:
         self.weight_exact = weight[exact_ids].contiguous()
         self.max_row_norm = float(weight.norm(dim=1).max())
         self.factor = _bound_factor(self.d)
-        self.enabled = True
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.linear.weight
-        if not self.enabled or not FAST_HEAD_ALLOWED.get() or x.dtype != torch.float32 \
+        if not FAST_HEAD_ALLOWED.get() or x.dtype != torch.float32 \
                 or x.device.type != "cpu":
             return torch.nn.functional.linear(x, weight, self.linear.bias)
         shape = x.shape

@@ -188,6 +188,7 @@ def test_fast_lm_head_picks_the_float32_greedy_token_under_whisper_masks():
     """The bfloat16-then-exact projection: every token that can be the greedy choice has its
     float32 logit, whatever Whisper's processors mask (suppressed ids, the whole text block, or
     subsets of the special tokens)."""
+    from speaker_asr.patches import whisper
     from speaker_asr.patches.whisper import _FastHead
 
     g = torch.Generator().manual_seed(0)
@@ -219,8 +220,8 @@ def test_fast_lm_head_picks_the_float32_greedy_token_under_whisper_masks():
     # what is not recomputed stays within the bfloat16 error of the float32 logit
     bound = head.factor * x.norm(dim=-1, keepdim=True) * head.max_row_norm
     assert ((fast - stock).abs() <= bound).all()
-    head.enabled = False
-    assert torch.equal(head.logits(x), stock)
+    with whisper.fast_lm_head_scope(False):  # a request that reads probabilities
+        assert torch.equal(head.logits(x), stock)
 
 
 def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcribers, monkeypatch):
@@ -255,7 +256,7 @@ def test_fast_lm_head_keeps_transcripts_identical_and_is_greedy_only(transcriber
     fallback = InferenceConfig.from_request({"language": "en", "temperature": [0.0, 0.4]}, caps)
     fast.transcribe(_speech_like(3.0), fallback)
     assert scopes and not any(scopes)  # sampling reads probabilities: the float32 projection runs
-    assert state.enabled and whisper.FAST_HEAD_ALLOWED.get()  # nothing left behind
+    assert whisper.FAST_HEAD_ALLOWED.get()  # nothing left behind
     assert fast_lm_head_allowed({"num_beams": 1, "do_sample": False})
     assert not fast_lm_head_allowed({"do_sample": True, "temperature": 0.5})
     assert not fast_lm_head_allowed({"logprob_threshold": -1.0})
