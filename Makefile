@@ -12,13 +12,16 @@ COMPAT_PINS := transformers==4.51.3 'tokenizers>=0.21,<0.22' 'huggingface_hub>=0
 HOST ?= 127.0.0.1
 PORT ?= 8080
 # the default Inference Endpoints image, emulated (tests/endpoints_image): its pins from the
-# toolkit's setup.py in ../shared, then its entrypoint's `pip install -r requirements.txt`; copies of
-# it with the other transformers releases requirements.txt allows
+# toolkit's setup.py in ../shared, then its entrypoint's `pip install -r requirements.txt`; the other
+# transformers releases requirements.txt allows go into small overlays (--target, put first on
+# PYTHONPATH) instead of copies of the 6 GB venv: a copy filled CI's disk
 TOOLKIT := ../shared/hf-inference-toolkit
 IMAGE_VENV := .venv-endpoints
 # (transformers 5 cannot run there: it needs torch >= 2.6, and the toolkit itself imports
 # transformers.file_utils.is_tf_available, which 5.x removed)
 IMAGE_TRANSFORMERS := 4.57.6
+# what `pip install transformers==4.57.6` upgrades in the image venv besides transformers
+IMAGE_OVERLAY_PINS := 'tokenizers>=0.22,<=0.23.0' 'huggingface_hub>=0.34,<1.0' hf-xet
 # the handler's tests, the compatibility checks and the patches, in another environment
 VERSION_TESTS := tests/test_endpoint.py tests/test_compat.py tests/patches
 IMAGE_TESTS := $(VERSION_TESTS) tests/endpoints_image
@@ -49,8 +52,8 @@ $(IMAGE_VENV)/.installed: requirements.txt requirements-test.txt tests/endpoints
 	$(PYTHON) tests/endpoints_image/image_venv.py base $(IMAGE_VENV)
 	$(PYTHON) tests/endpoints_image/image_venv.py entrypoint $(IMAGE_VENV)
 	$(IMAGE_VENV)/bin/python -m pip install -q -r requirements-test.txt
-	for v in $(IMAGE_TRANSFORMERS); do cp -a $(IMAGE_VENV) $(IMAGE_VENV)-t$$v \
-		&& $(IMAGE_VENV)-t$$v/bin/python -m pip install -q "transformers==$$v" || exit 1; done
+	for v in $(IMAGE_TRANSFORMERS); do $(IMAGE_VENV)/bin/python -m pip install -q --no-cache-dir \
+		--no-deps --target $(IMAGE_VENV)-t$$v "transformers==$$v" $(IMAGE_OVERLAY_PINS) || exit 1; done
 	touch $@
 
 install: $(VENV)/.installed
@@ -72,7 +75,7 @@ ifneq ($(wildcard $(TOOLKIT)/setup.py),)
 test-endpoints: $(IMAGE_VENV)/.installed real-models
 	TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=4.51.3 $(IMAGE_VENV)/bin/python -m pytest -q $(IMAGE_TESTS)
 	for v in $(IMAGE_TRANSFORMERS); do TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=$$v \
-		$(IMAGE_VENV)-t$$v/bin/python -m pytest -q $(IMAGE_TESTS) || exit 1; done
+		PYTHONPATH=$(IMAGE_VENV)-t$$v $(IMAGE_VENV)/bin/python -m pytest -q $(IMAGE_TESTS) || exit 1; done
 else
 test-endpoints:
 	@echo "test-endpoints SKIPPED: $(TOOLKIT) is absent (the Inference Endpoints toolkit's source, for the image emulation)"
