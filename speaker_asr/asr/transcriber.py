@@ -37,7 +37,14 @@ def _pipeline_class():
     tokens are post-processed a second time as segments (text decoding only, no model call)."""
     from transformers.pipelines.automatic_speech_recognition import AutomaticSpeechRecognitionPipeline
 
+    from speaker_asr.patches.chunk_windows import right_overlaps
+
     class SegmentsAndWordsPipeline(AutomaticSpeechRecognitionPipeline):
+        def _forward(self, model_inputs, *args, **kwargs):
+            # each window's right overlap, for the one-pass-per-window splitter (chunk_windows)
+            with right_overlaps(model_inputs.get("stride"), self.feature_extractor.hop_length):
+                return super()._forward(model_inputs, *args, **kwargs)
+
         def postprocess(self, model_outputs, decoder_kwargs=None, return_timestamps=None,
                         return_language=None):
             # postprocess rewrites the per-window dicts (strides, language tokens): give each
@@ -207,6 +214,10 @@ class WhisperTranscriber:
         for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"):
             if getattr(cfg, name) is not None:
                 kwargs[name] = getattr(cfg, name)
+        if cfg.logprob_threshold is not None and "temperature" not in kwargs:
+            # Whisper's generate rescales the log-probabilities by the temperature, and failed on
+            # the greedy default (None: "'>' not supported between 'NoneType' and 'float'")
+            kwargs["temperature"] = 0.0
         if cfg.prompt:
             import torch
 

@@ -1,19 +1,23 @@
-"""One decoding pass per window in chunked long-form decoding, under transformers 5 and 4.57 as under 4.51.
+"""One decoding pass per window in chunked long-form decoding, under every transformers release.
 
 Chunked decoding (``long_form="chunked"``) cuts long audio into overlapping 30 s windows, decodes
 them in batches and merges the windows' texts on their overlaps. transformers 4.51 (the version
-the Inference Endpoints image pins) decodes each window once. transformers 4.57 and 5 run every window
-through Whisper's sequential algorithm instead: when a window's text ends inside a segment (no
+the Inference Endpoints image pins) decodes each window once -- without word timestamps. With
+word timestamps it, and 4.57 and 5 always, run every window through Whisper's sequential
+algorithm instead: when a window's text ends inside a segment (no
 closing timestamp, the usual case for a window cut mid-speech), it throws that segment away and
 decodes the window *again* from the segment's start, a second encoder pass and decoding run for
 the batch. The re-decoded stretch lies in the window's right overlap, which the next window
-covers from its own start and the merge reconciles anyway, so it is paid for twice: measured
+covers from its own start and the merge reconciles anyway, so it is paid for twice (and transformers 4.51's pipeline then dropped text: 67 of 134 words
+of the 49 s LibriVox test file with word timestamps, and a batch of two or more windows failed
+with an IndexError in its token timestamps); measured
 with int8 weights on the 60 s bench file (quiet machine, median of 3), 2.70 -> 1.79 s (tiny.en)
 and 3.42 -> 2.87 s (base); word error rates in bench/README.md.
 
 :func:`install` wraps one model's segment splitter so that, inside :func:`one_pass_per_window`,
 an unfinished window keeps its tail as a last segment (the tokens the single pass wrote, with
-their word times) and counts as done, which is transformers 4.51's output for the window. Outside
+their word times) and counts as done, which is transformers 4.51's output for the window without
+word timestamps. Outside
 that context (audio that fits one window, sequential long-form) nothing changes.
 """
 
@@ -25,6 +29,10 @@ from speaker_asr.patches.scope import RequestScope
 
 # whether windows decoded on this thread get one pass (set around a chunked request's decoding)
 _ONE_PASS = RequestScope(False)
+# the right overlap of each window of the batch being decoded, in feature frames (set around each
+# batch by the pipeline): the part of a window that the next window decodes again
+_RIGHT_OVERLAP = RequestScope(None)
+HOP_LENGTH = 160  # samples per feature frame (Whisper's feature extractor)
 # the keyword arguments transformers 5's generate passes to _retrieve_segment and this reads
 _NEEDED = ("seek_sequence", "seek_outputs", "time_offset", "seek_num_frames",
            "time_precision_features", "prev_idx", "idx", "return_token_timestamps",
@@ -36,13 +44,31 @@ def one_pass_per_window(enabled: bool = True):
     return _ONE_PASS.set(enabled)
 
 
+def right_overlaps(stride, hop_length: int = HOP_LENGTH):
+    """Within this block (this thread), the windows being decoded have the pipeline's ``stride``:
+    ``(samples, left, right)`` for one window or a list of them for a batch."""
+    if stride is None:
+        rights = None
+    else:
+        rows = [stride] if isinstance(stride, tuple) else list(stride)
+        rights = [int(row[2]) // hop_length for row in rows]
+    return _RIGHT_OVERLAP.set(rights)
+
+
 def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
     """``(segments, offset)`` of a window as one pass leaves it: when the splitter sent the
-    decoder back to an unfinished segment (``offset`` short of the window), the tokens after the
-    last complete segment are kept as a final segment and the offset covers the whole window."""
+    decoder back to an unfinished segment (``offset`` short of the window) that starts inside the
+    window's right overlap (which the next window decodes from its own start), the tokens after
+    the last complete segment are kept as a final segment and the offset covers the whole window.
+    An unfinished stretch that begins before the overlap -- always so in the last window, which
+    has none -- is decoded again as Whisper does: nothing else would cover it (the last 5.7 s of
+    the 49 s LibriVox test file were lost with whisper-base)."""
     prev, idx = kw["prev_idx"], kw["idx"]
     frames = kw["seek_num_frames"][prev]
     if offset >= frames:
+        return segments, offset
+    rights = _RIGHT_OVERLAP.get()
+    if rights is not None and prev < len(rights) and offset < frames - rights[prev]:
         return segments, offset
     sequence = kw["seek_sequence"]
     start = kw["decoder_input_ids"].shape[-1]  # the window's output starts after its prompt
@@ -64,13 +90,8 @@ def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
 
 def install(model) -> bool:
     """Wrap ``model._retrieve_segment`` (transformers' splitter of a window's tokens into
-    segments). Returns whether it applied: from transformers 4.52 on (4.57 and 5.x were measured
-    to decode an unfinished window twice; 4.51 decodes it once and keeps its stock splitter), where
-    the splitter takes the keywords this reads."""
-    from speaker_asr.compat import transformers_at_least
-
-    if not transformers_at_least("4.52"):
-        return False
+    segments). Returns whether it applied: where the splitter takes the keywords this reads
+    (4.51, 4.57 and 5.x do)."""
     stock = getattr(model, "_retrieve_segment", None)
     if stock is None:
         return False

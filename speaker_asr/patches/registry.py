@@ -43,11 +43,8 @@ class PatchResult:
 
 
 def _chunk_windows(model, context: dict) -> Optional[str]:
-    from speaker_asr.compat import transformers_at_least
     from speaker_asr.patches import chunk_windows
 
-    if not transformers_at_least("4.52"):
-        return "transformers 4.51 decodes each chunked window once already"
     return None if chunk_windows.install(model) else "transformers' segment splitter takes other arguments"
 
 
@@ -57,22 +54,16 @@ def _keep_encoder_on_sdpa(model, context: dict) -> Optional[str]:
     return None if keep_encoder_on_sdpa(model) else "the model is not on SDPA attention"
 
 
-def _decoder_eager_at_load(model, context: dict) -> Optional[str]:
-    """transformers switches the shared model config to eager attention at the first request
-    with word timestamps (it needs the cross-attention weights), so the attention a request ran
-    with depended on the requests before it. Decided here once instead: eager from the start for
-    a model with alignment heads (keep_encoder_on_sdpa has given the encoder its own config)."""
-    from transformers.models.whisper import modeling_whisper
+def _alignment_heads_only(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches import word_alignment
 
-    if not hasattr(modeling_whisper, "ALL_ATTENTION_FUNCTIONS"):
-        return "transformers 4.51 picks attention classes at build time: nothing switches"
-    if not getattr(model.generation_config, "alignment_heads", None):
-        return "the model has no alignment heads: no word timestamps, nothing switches"
-    if getattr(model.model.encoder.config, "_attn_implementation", None) == "eager" \
-            or model.model.encoder.config is model.model.config:
-        return "the encoder shares the decoder's config (keep_encoder_on_sdpa did not apply)"
-    model.model.config._attn_implementation = "eager"
-    return None
+    return word_alignment.install(model)
+
+
+def _decoder_attention_at_load(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches import word_alignment
+
+    return word_alignment.own_decoder_attention(model)
 
 
 def _cache_suppress_masks(model, context: dict) -> Optional[str]:
@@ -126,20 +117,25 @@ def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
 
 _TRANSFORMERS = "transformers 4.51-4.57 and 5.x"
 PATCHES: tuple[Patch, ...] = (
-    Patch("chunk_windows", "whisper", True, "transformers >= 4.52 (4.57, 5.x)", _chunk_windows,
-          "one decoding pass per chunked window, as transformers 4.51 does (newer releases decode an "
-          "unfinished window's tail twice)"),
+    Patch("chunk_windows", "whisper", True, _TRANSFORMERS, _chunk_windows,
+          "one decoding pass per chunked window, as transformers 4.51 does without word timestamps "
+          "(with them, and in newer releases always, an unfinished window's tail is decoded twice, "
+          "and 4.51 then lost text)"),
     Patch("keep_encoder_on_sdpa", "whisper", False, _TRANSFORMERS, _keep_encoder_on_sdpa,
           "the encoder keeps SDPA attention and returns no attention weights when word timestamps "
           "switch the decoder to eager attention"),
-    Patch("decoder_eager_at_load", "whisper", False, "transformers 4.52+ (4.57, 5.x)", _decoder_eager_at_load,
-          "the decoder runs eager attention from the start, as transformers switches it at the first "
-          "word-timestamp request (the attention no longer depends on earlier requests)"),
     Patch("cache_suppress_masks", "whisper", False, _TRANSFORMERS, _cache_suppress_masks,
           "suppress-token masks built once per processor instead of at every step"),
     Patch("fast_dtw", "whisper", False, _TRANSFORMERS, _fast_dtw,
           "word-timestamp dynamic time warping by anti-diagonals and the median filter by a "
           "sorting network (same path, same values)"),
+    Patch("alignment_heads_only", "whisper", True, _TRANSFORMERS, _alignment_heads_only,
+          "word timestamps from the alignment heads of one teacher-forced decoder pass instead of "
+          "every layer's attention at every step (word times equal up to float rounding)"),
+    Patch("decoder_attention_at_load", "whisper", False, "transformers 4.52+ (4.57, 5.x)",
+          _decoder_attention_at_load,
+          "the decoder's attention is fixed at load (eager on the CPU, SDPA on a GPU) and no longer "
+          "switched by transformers at the first word-timestamp request"),
     Patch("fast_lm_head", "whisper", False, _TRANSFORMERS + ", CPU float32, native bfloat16", _fast_lm_head,
           "the vocabulary projection in bfloat16 with a float32 recompute of every logit that can "
           "decide the greedy token"),

@@ -20,6 +20,13 @@ from pathlib import Path
 import numpy as np
 
 NUM_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
+# openai/whisper-large-v3's generation_config.json: 10 of its 32 x 20 decoder heads
+LARGE_V3_ALIGNMENT_HEADS = [[7, 0], [10, 17], [12, 18], [13, 12], [16, 1], [17, 14], [19, 11],
+                            [21, 4], [24, 1], [25, 6]]
+# the shape of large-v3 where word timestamps and batching are concerned (128 mel bins, 32 decoder
+# layers x 20 heads, its alignment heads), thin: d_model 80 instead of 1280
+LARGE_V3_SHAPE = dict(num_mel_bins=128, d_model=80, encoder_layers=2, decoder_layers=32,
+                      attention_heads=20, alignment_heads=LARGE_V3_ALIGNMENT_HEADS)
 
 
 def _byte_vocab() -> dict[str, int]:
@@ -47,8 +54,9 @@ def special_tokens() -> list[str]:
     return tokens
 
 
-def build_whisper_processor(out: Path):
-    """Write a Whisper tokenizer + feature extractor to ``out`` and return the processor."""
+def build_whisper_processor(out: Path, feature_size: int = 80):
+    """Write a Whisper tokenizer + feature extractor (``feature_size`` mel bins: 80, or 128 as
+    large-v3) to ``out`` and return the processor."""
     from transformers import WhisperFeatureExtractor, WhisperProcessor, WhisperTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +76,7 @@ def build_whisper_processor(out: Path):
         "additional_special_tokens": specials[1:],
     }))
     tokenizer = WhisperTokenizer.from_pretrained(out)
-    processor = WhisperProcessor(WhisperFeatureExtractor(feature_size=80), tokenizer)
+    processor = WhisperProcessor(WhisperFeatureExtractor(feature_size=feature_size), tokenizer)
     processor.save_pretrained(out)
     # transformers 4.x reads the feature extractor from preprocessor_config.json
     processor.feature_extractor.save_pretrained(out)
@@ -91,9 +99,13 @@ def _steer_towards_text(model, tok, seed: int) -> None:
         direction /= direction.norm()
         dec.embed_tokens.weight.copy_(torch.randn(vocab, d_model, generator=gen))
         dec.embed_positions.weight.copy_(1.5 * torch.randn(dec.embed_positions.weight.shape, generator=gen))
+        # each layer's share of the residual stream shrinks with depth, so that a deep decoder
+        # (large-v3's 32 layers) is steered by the embeddings as much as a 2-layer one
+        scale = 0.3 * min(1.0, 2 / len(dec.layers))
         for layer in dec.layers:
-            layer.self_attn.out_proj.weight.mul_(0.3)
-            layer.fc2.weight.mul_(0.3)
+            layer.self_attn.out_proj.weight.mul_(scale)
+            layer.encoder_attn.out_proj.weight.mul_(1.0 if len(dec.layers) <= 2 else scale)
+            layer.fc2.weight.mul_(scale)
         preference = torch.full((vocab,), -8.0)
         preference[[tok.convert_tokens_to_ids(c) for c in "abcdefghijklmnopqrstuvwxyz"]] = 0.0
         preference[tok.convert_tokens_to_ids("\u0120")] = 0.4  # the byte-level space
@@ -106,21 +118,25 @@ def _steer_towards_text(model, tok, seed: int) -> None:
 
 
 def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, encoder_layers: int = 2,
-                  decoder_layers: int = 2, seed: int = 0, max_length: int = 448) -> Path:
+                  decoder_layers: int = 2, seed: int = 0, max_length: int = 448,
+                  num_mel_bins: int = 80, attention_heads: int = 4,
+                  alignment_heads: list | None = None) -> Path:
     """A randomly initialised Whisper saved like a hub checkpoint (config, generation config,
-    weights, tokenizer, feature extractor), with alignment heads so word timestamps work."""
+    weights, tokenizer, feature extractor), with alignment heads so word timestamps work (by
+    default two heads of the last layer). ``**LARGE_V3_SHAPE`` gives large-v3's shape, thin."""
     import torch
     from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-    processor = build_whisper_processor(out)
+    processor = build_whisper_processor(out, feature_size=num_mel_bins)
     tok = processor.tokenizer
     vocab_size = 256 + len(special_tokens())
     ids = {t: tok.convert_tokens_to_ids(t) for t in special_tokens()[:2 + len(LANGUAGES) + 6]}
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     config = WhisperConfig(
-        vocab_size=vocab_size, num_mel_bins=80, d_model=d_model, encoder_layers=encoder_layers,
-        decoder_layers=decoder_layers, encoder_attention_heads=4, decoder_attention_heads=4,
+        vocab_size=vocab_size, num_mel_bins=num_mel_bins, d_model=d_model, encoder_layers=encoder_layers,
+        decoder_layers=decoder_layers, encoder_attention_heads=attention_heads,
+        decoder_attention_heads=attention_heads,
         encoder_ffn_dim=d_model * 2, decoder_ffn_dim=d_model * 2, max_source_positions=1500,
         max_target_positions=448, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot,
         decoder_start_token_id=sot, suppress_tokens=[], begin_suppress_tokens=[220, eot],
@@ -136,7 +152,7 @@ def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, en
         max_length=max_length, no_timestamps_token_id=ids["<|notimestamps|>"],
         prev_sot_token_id=ids["<|startofprev|>"], max_initial_timestamp_index=50,
         is_multilingual=multilingual, suppress_tokens=suppress, begin_suppress_tokens=[220, eot],
-        alignment_heads=[[decoder_layers - 1, 0], [decoder_layers - 1, 1]],
+        alignment_heads=alignment_heads or [[decoder_layers - 1, 0], [decoder_layers - 1, 1]],
     )
     # the hub checkpoints still carry the legacy forced_decoder_ids (whisper-base:
     # [[1, null], [2, <|transcribe|>]], tiny.en: [[1, <|notimestamps|>]]); transformers 4.51
@@ -153,19 +169,19 @@ def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, en
     return out
 
 
-def build_assistant(main: Path, out: Path, *, seed: int = 1) -> Path:
+def build_assistant(main: Path, out: Path, *, seed: int = 1, decoder_layers: int = 1) -> Path:
     """A smaller random decoder sharing the main model's tokenizer and encoder shape (what
-    distil-whisper is to large-v3): one decoder layer, the main model's encoder weights."""
+    distil-whisper is to large-v3: 2 decoder layers there), the main model's encoder weights."""
     import torch
     from transformers import WhisperForConditionalGeneration
 
     big = WhisperForConditionalGeneration.from_pretrained(main)
-    config = big.config.__class__(**{**big.config.to_dict(), "decoder_layers": 1})
+    config = big.config.__class__(**{**big.config.to_dict(), "decoder_layers": decoder_layers})
     torch.manual_seed(seed)
     small = WhisperForConditionalGeneration(config).eval()
     small.model.encoder.load_state_dict(big.model.encoder.state_dict())
     gen = big.generation_config
-    gen.alignment_heads = [[0, 0]]
+    gen.alignment_heads = [[decoder_layers - 1, 0]]
     small.generation_config = gen
     small.save_pretrained(out)
     gen.save_pretrained(out)
@@ -254,6 +270,14 @@ def build_pyannote_pipeline(out: Path, *, seed: int = 0) -> Path:
         params[name] = str((out / name / "pytorch_model.bin").resolve())
     (out / "config-pyannote3.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return out
+
+
+def build_large_v3_shaped(root: Path) -> dict[str, Path]:
+    """A thin random large-v3-shaped Whisper and a distil-large-v3-shaped assistant (2 decoder
+    layers, the same encoder): ``{"whisper": ..., "assistant": ...}``."""
+    main = build_whisper(root / "whisper-large-v3-shaped", multilingual=True, seed=5, **LARGE_V3_SHAPE)
+    return {"whisper": main,
+            "assistant": build_assistant(main, root / "distil-large-v3-shaped", decoder_layers=2)}
 
 
 def build_all(root: Path) -> dict[str, Path]:

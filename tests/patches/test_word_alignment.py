@@ -1,0 +1,191 @@
+"""word_alignment.py: word timestamps from the alignment heads of one teacher-forced decoder pass,
+not from every layer's attention kept at every decoding step -- the same word times as
+transformers' own path, nothing per step kept, and large-v3's shape through the whole handler."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import SAMPLE_RATE, b64, encode, tiny_settings, tone
+from speaker_asr.patches.word_alignment import _Capture, _item_frames, _rows_frames
+
+
+def _speech_like(seconds: float, seed: int = 3) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    audio = tone(seconds, freq=180.0) + 0.05 * rng.standard_normal(int(seconds * SAMPLE_RATE))
+    return audio.astype(np.float32)
+
+
+def _load(settings, without_alignment_patch: bool = False):
+    """A transcriber; ``without_alignment_patch``: every other patch as configured, this one
+    skipped (the word times then come from transformers' attention output, as before)."""
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+    from speaker_asr.patches import registry
+
+    saved = registry.PATCHES
+    if without_alignment_patch:
+        registry.PATCHES = tuple(
+            dataclasses.replace(p, install=lambda model, context: "skipped by the test")
+            if p.name == "alignment_heads_only" else p for p in saved)
+    try:
+        return WhisperTranscriber(settings, *resolve_device(settings))
+    finally:
+        registry.PATCHES = saved
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_models):
+    settings = tiny_settings(tiny_models)
+    return {"new": _load(settings), "stock": _load(settings, without_alignment_patch=True)}
+
+
+def _config(transcriber, **params):
+    from speaker_asr.config import InferenceConfig
+
+    return InferenceConfig.from_request({"language": "en", **params},
+                                        transcriber.capabilities(has_diarization=False))
+
+
+def test_the_patch_applies_and_the_reference_is_transformers_path(pair):
+    applied = {r.name: r.applied for r in pair["new"].patch_report}
+    assert applied["alignment_heads_only"]
+    assert not {r.name: r.applied for r in pair["stock"].patch_report}["alignment_heads_only"]
+
+
+@pytest.mark.parametrize("seconds,params", [
+    (6.0, {}),                                               # one window
+    (70.0, {"long_form": "chunked", "batch_size": 4}),       # a batch of 4 windows
+    (70.0, {"long_form": "chunked", "batch_size": 1}),
+    (45.0, {"long_form": "sequential"}),                     # Whisper's own long-form loop
+    (6.0, {"prompt": "earlier words"}),                      # a prompt before the window
+])
+def test_word_times_equal_transformers_attention_path(pair, seconds, params):
+    audio = _speech_like(seconds)
+    new = pair["new"].transcribe(audio, _config(pair["new"], **params), word_timestamps=True)
+    stock = pair["stock"].transcribe(audio, _config(pair["stock"], **params), word_timestamps=True)
+    assert new.words, "no words: the comparison would be empty"
+    assert new.text == stock.text
+    assert [(w.text, w.start, w.end) for w in new.words] == [(w.text, w.start, w.end) for w in stock.words]
+
+
+def test_assisted_decoding_gets_the_word_times_of_plain_decoding(pair):
+    """Greedy assisted decoding writes the same tokens as plain decoding, and the word times come
+    from those tokens alone (transformers' attention bookkeeping under assisted decoding moved words
+    by up to 8.3 s on real whisper-base)."""
+    audio = _speech_like(6.0, seed=9)
+    transcriber = pair["new"]
+    plain = transcriber.transcribe(audio, _config(transcriber, assisted=False), word_timestamps=True)
+    assisted = transcriber.transcribe(audio, _config(transcriber, assisted=True), word_timestamps=True)
+    assert assisted.assisted and not plain.assisted
+    assert assisted.text == plain.text and plain.words
+    assert assisted.words == plain.words
+
+
+def test_decoding_keeps_no_attention_scores_or_cache_for_the_timestamps(pair):
+    """What transformers kept to the end of the batch for word timestamps -- every step's
+    cross-attention of every layer and head, the scores, a copy of the cache -- is not asked for."""
+    transcriber = pair["new"]
+    model = transcriber.model
+    seen = []
+    extract = model._extract_token_timestamps
+
+    def spy(outputs, *args, **kwargs):
+        seen.append({k for k, v in outputs.items() if v is not None})
+        return extract(outputs, *args, **kwargs)
+
+    model._extract_token_timestamps = spy
+    try:
+        result = transcriber.transcribe(_speech_like(70.0), _config(transcriber, batch_size=4),
+                                        word_timestamps=True)
+    finally:
+        model._extract_token_timestamps = extract
+    assert result.words and seen
+    for keys in seen:
+        assert not keys & {"cross_attentions", "decoder_attentions", "scores", "cache", "past_key_values"}, keys
+
+
+def test_logprob_threshold_still_reads_the_scores(pair):
+    """The scores stay where a request needs them (the log-probability fallback)."""
+    audio = _speech_like(6.0)
+    new = pair["new"].transcribe(audio, _config(pair["new"], logprob_threshold=-1.0), word_timestamps=True)
+    stock = pair["stock"].transcribe(audio, _config(pair["stock"], logprob_threshold=-1.0),
+                                     word_timestamps=True)
+    assert new.text == stock.text and new.words == stock.words
+
+
+def test_attention_is_fixed_at_load_and_no_request_changes_it(pair):
+    from speaker_asr.compat import transformers_major
+
+    model = pair["new"].model.model
+    before = (model.encoder.layers[0].self_attn.config._attn_implementation,
+              model.decoder.layers[0].encoder_attn.config._attn_implementation)
+    pair["new"].transcribe(_speech_like(4.0), _config(pair["new"]), word_timestamps=True)
+    after = (model.encoder.layers[0].self_attn.config._attn_implementation,
+             model.decoder.layers[0].encoder_attn.config._attn_implementation)
+    assert before == after
+    assert after[0] == "sdpa"
+    if transformers_major() >= 5:
+        # the CPU keeps eager decoder attention (what lean_decoder serves); a GPU gets SDPA
+        assert after[1] == "eager"
+
+
+def test_frame_counts_follow_the_rows_being_decoded():
+    """transformers passes one frame count per window it started with; a window continued from
+    its last timestamp (4.51 neither subtracted its seek nor selected its row) or a temperature
+    fallback of some rows must crop each row's attention by its own count."""
+    capture = _Capture()
+    assert _rows_frames(None, capture, 2, True) is None
+    assert _rows_frames(3000, capture, 2, True) == 3000
+    assert list(_rows_frames([3000, 2946], capture, 2, False)) == [3000, 2946]
+    # 4.51: rows 0 and 2 still decoding, row 0 from frame 1200
+    capture.seek, capture.batch_idx_map = np.array([1200, 3000, 0]), [0, 2]
+    assert list(_rows_frames([3000, 3000, 1000], capture, 2, True)) == [1800, 1000]
+    # a fallback re-decodes row 1 of 3: found by its encoder input
+    capture = _Capture()
+    batch = torch.arange(3 * 4 * 5, dtype=torch.float32).reshape(3, 4, 5)
+    capture.earlier_inputs[3] = batch
+    capture.encoder_inputs = batch[1:2].clone()
+    assert list(_rows_frames(torch.tensor([3000, 2000, 1000]), capture, 1, False)) == [2000]
+    capture.encoder_inputs = torch.zeros(1, 4, 5)  # not among them: no crop rather than a wrong one
+    assert _rows_frames([3000, 2000, 1000], capture, 1, False) is None
+    frames = np.array([3000, 2000])
+    assert list(_item_frames(frames, 1)) == [2000] and _item_frames(None, 0) is None
+
+
+@pytest.fixture(scope="module")
+def large_v3_shaped(tmp_path_factory):
+    from speaker_asr.testing.tiny_models import build_large_v3_shaped
+
+    return build_large_v3_shaped(tmp_path_factory.mktemp("large-v3-shaped"))
+
+
+def test_large_v3_shaped_models_through_the_handler(large_v3_shaped, tiny_models):
+    """128 mel bins, 32 decoder layers x 20 heads with large-v3's alignment heads, and a 2-layer
+    distil-large-v3-shaped assistant sharing the encoder: diarized requests (word timestamps) in
+    chunked batches, Whisper's sequential long-form and assisted decoding, through the handler."""
+    from speaker_asr.endpoint import EndpointHandler
+
+    handler = EndpointHandler(settings=tiny_settings(
+        tiny_models, asr_model=str(large_v3_shaped["whisper"]),
+        assistant_model=str(large_v3_shaped["assistant"])))
+    report = {r.name: r for r in handler.asr.patch_report if r.target == "whisper"}
+    assert report["alignment_heads_only"].applied
+    assert handler.asr.model.config.num_mel_bins == 128
+    long_audio = b64(encode(_speech_like(45.0)))
+    short_audio = b64(encode(_speech_like(8.0)))
+    for audio, params in ((long_audio, {"long_form": "chunked", "batch_size": 2}),
+                          (long_audio, {"long_form": "sequential"}),
+                          (short_audio, {"assisted": True})):
+        response = handler({"inputs": audio, "parameters": {
+            "language": "en", "return_word_timestamps": True, **params}})
+        duration = response["duration"]
+        assert response["alignment"] == "word", params
+        words = [w for chunk in response["chunks"] for w in chunk["words"]]
+        assert words, (params, response)
+        for word in words:
+            assert 0 <= word["start"] <= word["end"] <= duration + 0.02, (params, word)
+            assert "speaker" in word
