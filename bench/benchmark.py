@@ -43,6 +43,9 @@ VARIANTS = {
     "asr-only-bf16": (None, {"BENCH_ASR_ONLY": "1", "TORCH_DTYPE": "bfloat16"}),
     # the opt-in QUANTIZATION=int8 (int8 decoder weights, bfloat16 model): faster-whisper's like
     "asr-only-int8": (None, {"BENCH_ASR_ONLY": "1", "QUANTIZATION": "int8"}),
+    # word times from transformers' attention output at every step, as before issue 15 (the
+    # alignment_heads_only patch skipped, every other one applied)
+    "asr-only-stock-word-times": (None, {"BENCH_ASR_ONLY": "1", "BENCH_STOCK_WORD_TIMES": "1"}),
 }
 WARMUP_S = 5.0  # the warm-up request: the input's first seconds (lazy initialisation, eager switch)
 FW_OPTIONS = {"beam_size": 1, "word_timestamps": True, "vad_filter": False}
@@ -88,6 +91,14 @@ def worker_handler(spec: dict) -> dict:
 
     m = MODELS[spec["model"]]
     assisted = spec["mode"] in ("assisted", "auto")
+    if os.environ.get("BENCH_STOCK_WORD_TIMES"):
+        import dataclasses
+
+        from speaker_asr.patches import registry
+
+        registry.PATCHES = tuple(
+            dataclasses.replace(p, install=lambda model, context: "benchmark: stock word times")
+            if p.name == "alignment_heads_only" else p for p in registry.PATCHES)
     rss0 = rss_mb()
     t = time.perf_counter()
     h = EndpointHandler(settings=ModelSettings(

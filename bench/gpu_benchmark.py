@@ -4,11 +4,18 @@ No hub, no checkpoints: the architectures are built from their shapes with rando
 every measurement fixes the number of generated tokens (random weights would otherwise stop at
 random places), so the numbers are the cost of the architecture, not of a transcript.
 
-    python bench/gpu_benchmark.py                      # on a GPU: fits in about 10 minutes
+    python bench/gpu_benchmark.py                      # on a GPU: endpoint + pyannote, a few minutes
+    python bench/gpu_benchmark.py --full               # every section: about 10 minutes
     python bench/gpu_benchmark.py --smoke              # tiny shapes; runs on CPU in ~1 minute
     python bench/gpu_benchmark.py --sections encoder,decode --compile
 
 Sections (each skipped when the time budget is spent; JSON is rewritten after each):
+
+* endpoint -- what the endpoint runs (``WhisperTranscriber`` with every patch of the registry) on
+              a random large-v3 (full size, 1,865-token vocabulary) + 2-layer distil-large-v3-shaped
+              assistant: ms per generated token at batch 1, plain and assisted (the random
+              assistant is the lower bound: nearly no draft accepted), and at batch 24 (chunked
+              windows) the real-time factor and peak GPU memory without and with word timestamps.
 
 * encoder  -- encoder ms per 30 s window at batch 1 and throughput at batch 8/16/24.
 * decode   -- decoder ms/token at batch 1: a bare KV-cache loop (model cost) and ``generate()``
@@ -476,6 +483,71 @@ def sec_pyannote(args, device, budget) -> dict:
     return out
 
 
+def sec_endpoint(args, device, dtype, budget) -> dict:
+    """What the endpoint runs (WhisperTranscriber, every patch from the registry), with a random
+    large-v3-shaped main model and a 2-layer distil-large-v3-shaped assistant sharing its encoder;
+    end-of-text suppressed so every window has exactly ``args.tokens`` tokens. The tokenizer is
+    the test suite's (1,865 ids: the output projection is 28x smaller than large-v3's)."""
+    import numpy as np
+    import torch
+
+    from word_timestamp_memory import build
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+    from speaker_asr.config import InferenceConfig, ModelSettings
+    from speaker_asr.testing.tiny_models import build_assistant
+
+    # large-v3 in full, or (smoke) the test suite's thin large-v3 shape: 20 heads need d_model 80
+    shape = {"d_model": 80, "encoder_layers": 2, "ffn": None} if args.smoke else SHAPES["large-v3"]
+    root = Path(tempfile.mkdtemp(prefix="bench-endpoint-"))
+    t = time.perf_counter()
+    main_path = build(root / "main", shape["d_model"], shape["encoder_layers"], shape["ffn"])
+    assistant_path = build_assistant(main_path, root / "assistant", decoder_layers=2)
+    settings = ModelSettings(asr_model=str(main_path), assistant_model=str(assistant_path),
+                             diarization_model="", max_new_tokens=args.tokens, device=str(device),
+                             torch_dtype=str(dtype).removeprefix("torch."))
+    asr = WhisperTranscriber(settings, *resolve_device(settings))
+    out = {"build_load_s": time.perf_counter() - t, "tokens": args.tokens,
+           "patches": {r.name: r.applied for r in asr.patch_report if r.target == "whisper"},
+           "decoder_attention": asr.model.model.decoder.layers[0].encoder_attn.config._attn_implementation}
+    rng = np.random.default_rng(0)
+
+    def run(seconds: float, label: str, words: bool, **params) -> dict:
+        audio = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+        cfg = InferenceConfig.model_validate({"language": "en", **params},
+                                             context={"capabilities": asr.capabilities(False)})
+        asr.transcribe(audio[: 16000 * 5], cfg, word_timestamps=words)  # warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        started = time.perf_counter()
+        result = asr.transcribe(audio, cfg, word_timestamps=words)
+        sync(device)
+        wall = time.perf_counter() - started
+        r = {"audio_s": seconds, "s": wall, "rtf": wall / seconds, "words": len(result.words or [])}
+        if device.type == "cuda":
+            r["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
+        log(f"endpoint {label}: {wall:.2f} s for {seconds:.0f} s (RTF {wall / seconds:.4f})"
+            + (f", peak {r['peak_memory_gib']:.2f} GiB" if "peak_memory_gib" in r else ""))
+        return r
+
+    n = args.tokens
+    for label, assisted in (("batch1_words_plain", False), ("batch1_words_assisted", True)):
+        if budget.left() < 30:
+            out[label] = "skipped (time budget)"
+            continue
+        r = run(30.0, label, True, assisted=assisted)
+        r["ms_per_token"] = 1000 * r["s"] / n  # the encoder pass included
+        out[label] = r
+    batch = max(args.batch_sizes)
+    seconds = 30.0 + 20.0 * (batch - 1) - 1.0  # chunked windows every 20 s -> `batch` windows
+    for label, words in ((f"batch{batch}_plain", False), (f"batch{batch}_words", True)):
+        if budget.left() < 40:
+            out[label] = "skipped (time budget)"
+            continue
+        out[label] = run(seconds, label, words, long_form="chunked", batch_size=batch)
+    return out
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -515,6 +587,15 @@ def markdown(doc: dict) -> str:
                 if isinstance(v, dict):
                     L.append(f"| {name} | {b.split('_')[1]} | {v['windows_per_s']:.2f} | "
                              f"{v['tokens_per_s']:.0f} | {v['audio_s_per_s']:.0f} |")
+        L.append("")
+    e = r.get("endpoint")
+    if isinstance(e, dict):
+        L += [f"| endpoint (WhisperTranscriber, {e.get('tokens')} tokens/window, decoder attention "
+              f"{e.get('decoder_attention')}) | s | RTF | ms/token | peak GiB |", "|---|---|---|---|---|"]
+        for k, v in e.items():
+            if isinstance(v, dict) and "rtf" in v:
+                L.append(f"| {k.replace('_', ' ')} ({v['audio_s']:.0f} s) | {v['s']:.2f} | {v['rtf']:.4f} | "
+                         f"{fmt(v.get('ms_per_token'))} | {fmt(v.get('peak_memory_gib'))} |")
         L.append("")
     a = r.get("assisted")
     if isinstance(a, dict):
@@ -568,9 +649,12 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes; runs on CPU")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--dtype", default=None, help="default float16 on GPU, float32 on CPU")
-    ap.add_argument("--sections", default="encoder,decode,batch,assisted,pyannote",
+    ap.add_argument("--sections", default="endpoint,pyannote",
                     help="comma list of: " + ", ".join(SECTIONS) + " (static needs --compile)")
     ap.add_argument("--compile", action="store_true", help="add the static-cache / torch.compile section")
+    ap.add_argument("--full", action="store_true",
+                    help="every section on the bare models too (encoder, decode, batch, assisted) and "
+                         "seven pyannote batch settings: about 10 minutes")
     ap.add_argument("--tokens", type=int, default=None, help="generated tokens per window (default 128, smoke 16)")
     ap.add_argument("--batch-sizes", default=None, help="default 8,16,24 (smoke 2,4)")
     ap.add_argument("--iters", type=int, default=None, help="timed iterations (default 3, smoke 2)")
@@ -601,8 +685,11 @@ def main() -> None:
         args.tokens = args.tokens or 128
         args.batch_sizes = [int(b) for b in (args.batch_sizes or "8,16,24").split(",")]
         args.iters = args.iters or 3
-        args.pyannote_seconds = args.pyannote_seconds or 600.0
-        args.pyannote_batches = [(32, 32), (1, 32), (8, 32), (64, 32), (128, 32), (32, 1), (32, 128)]
+        args.pyannote_seconds = args.pyannote_seconds or (600.0 if args.full else 300.0)
+        args.pyannote_batches = [(32, 32), (1, 32), (8, 32), (64, 32), (128, 32), (32, 1), (32, 128)] \
+            if args.full else [(32, 32), (8, 32)]
+    if args.full and args.sections == "endpoint,pyannote":
+        args.sections = "endpoint,encoder,decode,batch,assisted,pyannote"
     sections = [s for s in args.sections.split(",") if s]
     if args.compile and "static" not in sections:
         sections.append("static")  # last: compiling large-v3 takes minutes
@@ -641,7 +728,8 @@ def main() -> None:
            "batch": lambda: sec_batch(models, args, device, dtype, budget),
            "static": lambda: sec_static(models, args, device, dtype, budget),
            "assisted": lambda: sec_assisted(models, args, device, dtype, budget),
-           "pyannote": lambda: sec_pyannote(args, device, budget)}
+           "pyannote": lambda: sec_pyannote(args, device, budget),
+           "endpoint": lambda: sec_endpoint(args, device, dtype, budget)}
     for s in sections:
         if s not in fns:
             doc["errors"][s] = "unknown section"

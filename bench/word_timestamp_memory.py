@@ -33,13 +33,14 @@ HERE = Path(__file__).resolve().parent
 SAMPLE_RATE = 16_000
 
 
-def build(out: Path, d_model: int, encoder_layers: int) -> Path:
-    """The thin large-v3-shaped Whisper, with end-of-text suppressed (fixed token counts)."""
+def build(out: Path, d_model: int, encoder_layers: int, ffn_dim: int | None = None) -> Path:
+    """The large-v3-shaped Whisper (thin unless told otherwise), with end-of-text suppressed
+    (fixed token counts)."""
     from transformers import GenerationConfig
 
     from speaker_asr.testing.tiny_models import LARGE_V3_SHAPE, build_whisper
 
-    shape = {**LARGE_V3_SHAPE, "d_model": d_model, "encoder_layers": encoder_layers}
+    shape = {**LARGE_V3_SHAPE, "d_model": d_model, "encoder_layers": encoder_layers, "ffn_dim": ffn_dim}
     path = build_whisper(out, multilingual=True, seed=7, **shape)
     gen = GenerationConfig.from_pretrained(path)
     gen.suppress_tokens = sorted(set(gen.suppress_tokens) | {gen.eos_token_id})

@@ -120,7 +120,7 @@ def _steer_towards_text(model, tok, seed: int) -> None:
 def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, encoder_layers: int = 2,
                   decoder_layers: int = 2, seed: int = 0, max_length: int = 448,
                   num_mel_bins: int = 80, attention_heads: int = 4,
-                  alignment_heads: list | None = None) -> Path:
+                  alignment_heads: list | None = None, ffn_dim: int | None = None) -> Path:
     """A randomly initialised Whisper saved like a hub checkpoint (config, generation config,
     weights, tokenizer, feature extractor), with alignment heads so word timestamps work (by
     default two heads of the last layer). ``**LARGE_V3_SHAPE`` gives large-v3's shape, thin."""
@@ -137,7 +137,8 @@ def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, en
         vocab_size=vocab_size, num_mel_bins=num_mel_bins, d_model=d_model, encoder_layers=encoder_layers,
         decoder_layers=decoder_layers, encoder_attention_heads=attention_heads,
         decoder_attention_heads=attention_heads,
-        encoder_ffn_dim=d_model * 2, decoder_ffn_dim=d_model * 2, max_source_positions=1500,
+        encoder_ffn_dim=ffn_dim or d_model * 2, decoder_ffn_dim=ffn_dim or d_model * 2,
+        max_source_positions=1500,
         max_target_positions=448, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot,
         decoder_start_token_id=sot, suppress_tokens=[], begin_suppress_tokens=[220, eot],
         tie_word_embeddings=False,

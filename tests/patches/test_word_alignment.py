@@ -72,6 +72,19 @@ def test_word_times_equal_transformers_attention_path(pair, seconds, params):
     assert [(w.text, w.start, w.end) for w in new.words] == [(w.text, w.start, w.end) for w in stock.words]
 
 
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_word_timestamps_change_no_text_of_chunked_windows(pair, batch_size):
+    """Asking for word times must not change what is transcribed (transformers 4.51 lost text of
+    chunked windows in word mode, and failed on batches of two or more)."""
+    transcriber = pair["new"]
+    audio = _speech_like(70.0, seed=4)
+    cfg = _config(transcriber, long_form="chunked", batch_size=batch_size, hallucination_filter=False)
+    plain = transcriber.transcribe(audio, cfg, word_timestamps=False)
+    words = transcriber.transcribe(audio, cfg, word_timestamps=True)
+    assert words.text == plain.text and words.words
+    assert "".join(w.text for w in words.words).split() == plain.text.split()
+
+
 def test_assisted_decoding_gets_the_word_times_of_plain_decoding(pair):
     """Greedy assisted decoding writes the same tokens as plain decoding, and the word times come
     from those tokens alone (transformers' attention bookkeeping under assisted decoding moved words
