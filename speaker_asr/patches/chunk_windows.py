@@ -44,6 +44,18 @@ def one_pass_per_window(enabled: bool = True):
     return _ONE_PASS.set(enabled)
 
 
+def _continued_windows_merge(word_timestamps: bool) -> bool:
+    """Whether transformers' window merge handles a window decoded in more than one pass. 4.51's
+    ``_decode_asr`` does not with word timestamps (the token times restart at each pass; the merge
+    then dropped half of the 49 s LibriVox test file with whisper-base and tiny.en), so there every
+    window keeps its single pass when words are asked for (measured on that file and the clips
+    followed by pyannote's sample: no word lost that way; 4.51's word mode still writes 142 words
+    of the latter where plain decoding writes 161, in its own window merge)."""
+    from speaker_asr.compat import transformers_at_least
+
+    return transformers_at_least("4.52") or not word_timestamps
+
+
 def right_overlaps(stride, hop_length: int = HOP_LENGTH):
     """Within this block (this thread), the windows being decoded have the pipeline's ``stride``:
     ``(samples, left, right)`` for one window or a list of them for a batch."""
@@ -62,13 +74,15 @@ def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
     the last complete segment are kept as a final segment and the offset covers the whole window.
     An unfinished stretch that begins before the overlap -- always so in the last window, which
     has none -- is decoded again as Whisper does: nothing else would cover it (the last 5.7 s of
-    the 49 s LibriVox test file were lost with whisper-base)."""
+    the 49 s LibriVox test file were lost with whisper-base). Not for word timestamps under
+    transformers 4.51, whose window merge cannot take a window decoded twice."""
     prev, idx = kw["prev_idx"], kw["idx"]
     frames = kw["seek_num_frames"][prev]
     if offset >= frames:
         return segments, offset
     rights = _RIGHT_OVERLAP.get()
-    if rights is not None and prev < len(rights) and offset < frames - rights[prev]:
+    if rights is not None and prev < len(rights) and offset < frames - rights[prev] \
+            and _continued_windows_merge(kw["return_token_timestamps"]):
         return segments, offset
     sequence = kw["seek_sequence"]
     start = kw["decoder_input_ids"].shape[-1]  # the window's output starts after its prompt
