@@ -78,6 +78,8 @@ class EvalFile:
 
 # --------------------------------------------------------------------------- dialogue scripts
 
+# said inside another speaker's turn (generated dialogues, eval/generate.py)
+INSIDE_BACKCHANNELS = ["Mm-hm.", "Yes.", "Right.", "Okay.", "Yeah.", "I see."]
 BACKCHANNELS = ["Yes.", "Right.", "I see.", "Okay.", "Really?", "Sure.", "Go on.", "Exactly.",
                 "Oh, wow.", "Indeed."]
 
@@ -391,6 +393,9 @@ def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path) -> 
     t = 0.5
     placed: list[tuple[float, str, np.ndarray, str, str]] = []
     prev_spk, prev_len = None, 0.0
+    gains = spec.get("gains_db") or {}
+    inside = spec.get("inside_backchannel_prob", 0.0)
+    tts_speakers = [n for n, kind in speakers.items() if kind[0] == "tts"]
     for spk, audio, text, source in utter:
         length = len(audio) / SAMPLE_RATE
         if prev_spk is None:
@@ -405,10 +410,19 @@ def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path) -> 
                 gap = -min(float(rng.uniform(0.1, 0.3)), 0.4 * min(length, prev_len))
             start = t + gap
         start = round(start, 2)
-        scaled = audio * (TARGET_RMS / active_rms(audio))
+        scaled = audio * (TARGET_RMS * 10 ** (gains.get(spk, 0.0) / 20) / active_rms(audio))
         placed.append((start, spk, scaled, text, source))
+        # a listener's backchannel said inside this turn (overlapped speech)
+        others = [n for n in tts_speakers if n != spk]
+        if inside and others and length >= 2.5 and rng.random() < inside:
+            who = str(rng.choice(others))
+            _, bc_audio, bc_text, bc_source = tts(who, str(rng.choice(INSIDE_BACKCHANNELS)))
+            bc_start = round(start + float(rng.uniform(0.4, 0.7)) * length, 2)
+            bc_audio = bc_audio * (TARGET_RMS * 10 ** (gains.get(who, 0.0) / 20) / active_rms(bc_audio))
+            placed.append((bc_start, who, bc_audio, bc_text, bc_source))
         t = max(t, start + length)
         prev_spk, prev_len = spk, length
+    placed.sort(key=lambda p: p[0])
     duration = t + 0.5
     mix = np.zeros(int(math.ceil(duration * SAMPLE_RATE)), np.float64)
     utts, turns = [], []
@@ -419,6 +433,10 @@ def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path) -> 
         utts.append(Utterance(spk, start, end, text, source))
         turns.append((start, end, spk))
     mix += np.random.default_rng(spec["seed"] + 1).normal(0, NOISE_RMS, len(mix))
+    if spec.get("phone"):
+        from generate import phone_quality
+
+        mix = phone_quality(mix.astype(np.float32), SAMPLE_RATE)[:len(mix)]
     path = out_dir / f"{spec['id']}.wav"
     write_wav(path, mix.astype(np.float32))
     return EvalFile(spec["id"], str(path), len(mix) / SAMPLE_RATE, len(speakers), utts, turns,
@@ -456,10 +474,14 @@ def cached_librivox_pieces(models_dir: Path, cache_dir: Path,
     return pieces
 
 
-def dialogue_specs(seed_offset: int = 0) -> list[dict]:
-    """The dialogue specs; a nonzero ``seed_offset`` gives a held-out variant of each (same
-    scripts and voices, other gaps, overlaps, backchannels and noise) for checking rules tuned
-    on the default set."""
+def dialogue_specs(seed_offset: int = 0, part: str = "original", count: int = 12) -> list[dict]:
+    """The dialogue specs. ``part`` "original": d1-d5 (a nonzero ``seed_offset`` gives a variant
+    of each: same scripts and voices, other gaps, overlaps, backchannels and noise); "tuning" /
+    "heldout": ``count`` generated dialogues of that part (eval/generate.py)."""
+    if part != "original":
+        from generate import generated_specs
+
+        return generated_specs(part, count)
     if not seed_offset:
         return DIALOGUES
     return [dict(d, seed=d["seed"] + seed_offset) for d in DIALOGUES]
@@ -472,11 +494,13 @@ def _spec_hash(specs: list[dict]) -> str:
 
 
 def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callable[[], Transcribe],
-                  rebuild: bool = False, log=print, seed_offset: int = 0) -> list[EvalFile]:
-    """The sample plus the generated dialogues (built once into ``cache_dir``, then reused);
-    ``seed_offset`` selects a held-out variant of the dialogues (:func:`dialogue_specs`)."""
-    files = [load_sample(models_dir)]
-    specs = dialogue_specs(seed_offset)
+                  rebuild: bool = False, log=print, seed_offset: int = 0, part: str = "original",
+                  count: int = 12) -> list[EvalFile]:
+    """The sample plus the dialogues of ``part`` (built once into ``cache_dir``, then reused; the
+    held-out part has no real recording: the sample was used to tune the rules);
+    ``seed_offset`` selects a variant of the original dialogues (:func:`dialogue_specs`)."""
+    files = [] if part == "heldout" else [load_sample(models_dir)]
+    specs = dialogue_specs(seed_offset, part, count)
     out_dir = cache_dir / "data" / _spec_hash(specs)
     manifest = out_dir / "manifest.json"
     if manifest.is_file() and not rebuild:

@@ -168,11 +168,11 @@ class Diarizer:
                 "exclusive_turns": None if d.exclusive_turns is None else conv(d.exclusive_turns)}
 
 
-def der(reference: list, hypothesis: list) -> Optional[float]:
-    """pyannote.metrics DER (collar 0, overlap scored)."""
+def der(reference: list, hypothesis: list, metric: str = "der") -> Optional[float]:
+    """pyannote.metrics DER (``metric="der"``) or JER (``"jer"``), collar 0, overlap scored."""
     try:
         from pyannote.core import Annotation, Segment
-        from pyannote.metrics.diarization import DiarizationErrorRate
+        from pyannote.metrics.diarization import DiarizationErrorRate, JaccardErrorRate
     except ImportError:
         return None
 
@@ -182,7 +182,9 @@ def der(reference: list, hypothesis: list) -> Optional[float]:
             a[Segment(s, e), i] = spk
         return a
 
-    return float(DiarizationErrorRate(collar=0.0, skip_overlap=False)(ann(reference), ann(hypothesis)))
+    scorer = DiarizationErrorRate(collar=0.0, skip_overlap=False) if metric == "der" \
+        else JaccardErrorRate(collar=0.0, skip_overlap=False)
+    return float(scorer(ann(reference), ann(hypothesis)))
 
 
 # --------------------------------------------------------------------------- scoring
@@ -363,9 +365,9 @@ def render(result: dict) -> str:
             lines.append("")
     if result["der"]:
         lines += ["## Diarization (pipeline mode): pyannote-campp-3.1 with num_speakers given", "",
-                  "| file | DER (collar 0) | speakers found |", "|---|---:|---:|"]
+                  "| file | DER (collar 0) | JER (collar 0) | speakers found |", "|---|---:|---:|---:|"]
         for d in result["der"]:
-            lines.append(f"| {d['file']} | {pct(d['der'])} | {d['speakers']} |")
+            lines.append(f"| {d['file']} | {pct(d['der'])} | {pct(d.get('jer'))} | {d['speakers']} |")
         lines.append("")
     diag = result["diagnostics"]
     if diag:
@@ -442,6 +444,10 @@ def main(argv=None) -> int:
                     help="the endpoint's TORCH_DTYPE for the ASR (default: its own default for the device)")
     ap.add_argument("--quantization", default=None, choices=("int8",),
                     help="the endpoint's QUANTIZATION for the ASR (CPU; default: none)")
+    ap.add_argument("--part", default="original", choices=("original", "tuning", "heldout"),
+                    help="original: the sample + d1-d5; tuning: the sample + generated dialogues to "
+                         "choose rules on; heldout: generated dialogues never tuned on (eval/generate.py)")
+    ap.add_argument("--count", type=int, default=12, help="generated dialogues per part")
     ap.add_argument("--seed-offset", type=int, default=0,
                     help="held-out variant of the dialogues: their seeds + this (other gaps, overlaps, "
                          "backchannels and noise; same scripts and voices). 0: the default set")
@@ -472,7 +478,7 @@ def main(argv=None) -> int:
         return base_asr["b"].words
 
     files = build_dataset(models_dir, args.cache_dir, base_words, rebuild=args.rebuild_data, log=log,
-                          seed_offset=args.seed_offset)
+                          seed_offset=args.seed_offset, part=args.part, count=args.count)
     data_seconds = time.perf_counter() - td
     if args.files != "all":
         wanted = {x.strip() for x in args.files.split(",")}
@@ -489,7 +495,9 @@ def main(argv=None) -> int:
     # the ASR output depends on these sources (the hallucination filter runs inside transcribe)
     whisper_sha = _sha(*(_source_sha(n) for n in (
         "speaker_asr/asr/transcriber.py", "speaker_asr/asr/hallucination.py",
-        "speaker_asr/patches/whisper.py", "speaker_asr/asr/quantization.py")))
+        "speaker_asr/patches/whisper.py", "speaker_asr/asr/quantization.py",
+        "speaker_asr/patches/chunk_windows.py", "speaker_asr/patches/word_alignment.py",
+        "speaker_asr/patches/registry.py")))
     for m in models:
         path = model_path(models_dir, m)
         runner = Asr(path, args.long_form, args.dtype, args.quantization)
@@ -526,6 +534,7 @@ def main(argv=None) -> int:
                 cache.put("diar", key, r)
             diar_out[f.id] = r
             der_rows.append({"file": f.id, "der": der(f.turns, r["turns"]),
+                             "jer": der(f.turns, r["turns"], "jer"),
                              "speakers": len({t[2] for t in r["turns"]})})
         diar_seconds = diarizer.seconds
 
@@ -644,7 +653,7 @@ def main(argv=None) -> int:
                  "host": f"{platform.machine()}, {os.cpu_count()} CPUs"
                          + (", CUDA" if torch.cuda.is_available() else ""),
                  "models": models, "modes": modes, "models_dir": str(models_dir),
-                 "seed_offset": args.seed_offset, "long_form": args.long_form, "dtype": args.dtype,
+                 "seed_offset": args.seed_offset, "part": args.part, "long_form": args.long_form, "dtype": args.dtype,
                  "quantization": args.quantization,
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,

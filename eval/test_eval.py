@@ -80,3 +80,35 @@ def test_word_level_runners_keep_every_word():
         assert [t.text for t in toks] == ["hi", "there", "yes", "extra"], name
     toks = RUNNERS["word"](chunks, words, turns, 2.0)
     assert [t.speaker for t in toks] == ["A", "A", "B", "B"]
+
+
+def test_generated_parts_are_disjoint_and_reproducible():
+    """The tuning and held-out dialogues share no seed and no script sentence, and a part is the
+    same every time it is generated (so the split is fixed once)."""
+    import numpy as np
+
+    from generate import SENTENCES, generated_specs, phone_quality
+
+    tuning, heldout = generated_specs("tuning", 12), generated_specs("heldout", 12)
+    assert generated_specs("tuning", 12) == tuning
+    assert not {s["seed"] for s in tuning} & {s["seed"] for s in heldout}
+    said = {part: {text for s in specs for _, text in s["script"] if text in SENTENCES}
+            for part, specs in (("tuning", tuning), ("heldout", heldout))}
+    assert said["tuning"] and said["heldout"] and not said["tuning"] & said["heldout"]
+    counts = {len(s["speakers"]) for s in tuning + heldout}
+    assert min(counts) == 2 and max(counts) >= 4
+    assert any(s["phone"] for s in tuning) and any(s["inside_backchannel_prob"] for s in tuning)
+    tone = (0.3 * np.sin(2 * np.pi * 300 * np.arange(16000) / 16000)).astype(np.float32)
+    phone = phone_quality(tone)
+    assert len(phone) == len(tone) and abs(float(np.std(phone)) - float(np.std(tone))) < 0.03
+
+
+def test_der_and_jer_score_diarization_on_hand_made_turns():
+    from evaluate import der
+
+    ref = [(0.0, 2.0, "A"), (2.0, 4.0, "B")]
+    assert der(ref, [(0.0, 2.0, "x"), (2.0, 4.0, "y")]) == 0.0  # labels are mapped
+    assert der(ref, [(0.0, 2.0, "x"), (2.0, 4.0, "y")], "jer") == 0.0
+    # one speaker for everything: half the speech on the wrong speaker
+    assert abs(der(ref, [(0.0, 4.0, "x")]) - 0.5) < 1e-9
+    assert der(ref, [(0.0, 4.0, "x")], "jer") > 0.4
