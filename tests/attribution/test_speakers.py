@@ -328,3 +328,43 @@ def test_pure_logic_imports_no_model_library():
             "bad = {'torch', 'pyannote', 'transformers', 'starlette'} & {m.split('.')[0] for m in sys.modules}; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def _w(text, start, end, speaker=None):
+    return Word(text, start, end, speaker)
+
+
+def test_a_late_one_word_reply_goes_back_to_the_turn_that_got_no_word():
+    """ "Really?" said at 7.8-8.3 s, timed 9.3-9.8 s (in the pause before the next speaker):
+    its turn got no word, so the whole short sentence moves there."""
+    from speaker_asr.attribution.speakers import orphan_turns
+
+    turns = [Turn(5.0, 7.7, "A"), Turn(7.84, 8.31, "C"), Turn(9.9, 12.0, "B")]
+    words = [_w(" It", 5.1, 5.4, "A"), _w(" was", 5.4, 6.0, "A"), _w(" late.", 6.0, 7.5, "A"),
+             _w(" Really?", 9.3, 9.82, "B"), _w(" The", 9.95, 10.2, "B"), _w(" first", 10.2, 10.6, "B"),
+             _w(" item.", 10.6, 11.2, "B")]
+    out = orphan_turns(words, SpeakerIndex(turns))
+    assert [w.speaker for w in out] == ["A", "A", "A", "C", "B", "B", "B"]
+    assert [(w.start, w.end) for w in out] == [(w.start, w.end) for w in words]  # times untouched
+    # and through attribute_words, as the endpoint runs it
+    assert [w.speaker for w in attribute_words([Word(w.text, w.start, w.end) for w in words], turns)][3] == "C"
+
+
+def test_orphan_turns_leave_backchannels_inside_turns_long_sentences_and_far_words_alone():
+    from speaker_asr.attribution.speakers import orphan_turns
+
+    # an untranscribed "I see." inside B's turn: B's short sentence nearby stays B's
+    inside = [Turn(26.2, 28.1, "C"), Turn(28.2, 30.95, "B"), Turn(29.75, 30.24, "C")]
+    words = [_w(" Who", 26.3, 26.6, "C"), _w(" calls?", 26.6, 28.0, "C"), _w(" About", 28.22, 28.56, "B"),
+             _w(" two", 28.56, 28.86, "B"), _w(" weeks.", 28.86, 29.38, "B"), _w(" If", 29.5, 29.7, "B"),
+             _w(" parts", 29.7, 30.2, "B"), _w(" arrive.", 30.2, 30.9, "B")]
+    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(inside))] == [w.speaker for w in words]
+    # a sentence of more than three words, or one more than 1.2 s away, is not moved
+    turns = [Turn(0.0, 2.0, "A"), Turn(2.2, 2.6, "C"), Turn(4.2, 7.0, "B")]
+    long_reply = [_w(" Well", 0.1, 0.5, "A"), _w(" then.", 0.5, 1.9, "A"), _w(" I", 2.7, 2.9, "B"),
+                  _w(" do", 2.9, 3.1, "B"), _w(" not", 3.1, 3.3, "B"), _w(" know.", 3.3, 3.6, "B"),
+                  _w(" Next", 4.3, 4.6, "B"), _w(" one.", 4.6, 5.0, "B")]
+    assert [w.speaker for w in orphan_turns(long_reply, SpeakerIndex(turns))] == [w.speaker for w in long_reply]
+    far = [_w(" Well", 0.1, 0.5, "A"), _w(" then.", 0.5, 1.9, "A"), _w(" Yes.", 4.3, 4.6, "B"),
+           _w(" Next", 4.7, 5.0, "B"), _w(" one.", 5.0, 5.4, "B")]
+    assert [w.speaker for w in orphan_turns(far, SpeakerIndex(turns))] == [w.speaker for w in far]
