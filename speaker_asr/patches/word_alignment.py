@@ -39,7 +39,7 @@ import copy
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -141,9 +141,11 @@ def _rows_per_pass(model, length: int, frames: int) -> int:
 
 
 def alignment_weights(model, sequences: torch.Tensor, encoder_states: torch.Tensor,
-                      alignment_heads) -> list[torch.Tensor]:
+                      alignment_heads) -> Iterator[torch.Tensor]:
     """Per batch item, the cross-attention weights of ``alignment_heads`` (in their order) for
-    the decoder input ``sequences[:, :-1]``: a list of (heads, tokens, frames) tensors."""
+    the decoder input ``sequences[:, :-1]``: (heads, tokens, frames) tensors, one item at a time
+    (the teacher-forced passes run first; only the alignment heads' queries and keys of the whole
+    batch are held, never the weights of more than one item)."""
     capture = CAPTURE.get()
     decoder = model.model.decoder
     inputs = sequences[:, :-1]
@@ -165,17 +167,14 @@ def alignment_weights(model, sequences: torch.Tensor, encoder_states: torch.Tens
         capture.queries_keys = {}
     queries = {i: torch.cat([q for q, _ in parts]) for i, parts in per_layer.items()}
     keys = {i: torch.cat([k for _, k in parts]) for i, parts in per_layer.items()}
-    order = {i: heads for i, heads in _layer_heads(alignment_heads).items()}
-    items = []
+    order = _layer_heads(alignment_heads)
+    # (layer, position of the head among that layer's captured heads), in alignment_heads' order
+    where = [(int(layer), order[int(layer)].index(int(head))) for layer, head in alignment_heads]
     for b in range(inputs.shape[0]):
-        weights = []
-        for layer, head in alignment_heads:
-            position = order[int(layer)].index(int(head))
-            q = queries[int(layer)][b, position]
-            k = keys[int(layer)][b, position]
-            weights.append(torch.softmax(torch.matmul(q, k.transpose(0, 1)), dim=-1))
-        items.append(torch.stack(weights))
-    return items
+        yield torch.stack([torch.softmax(torch.matmul(queries[layer][b, position],
+                                                      keys[layer][b, position].transpose(0, 1)),
+                                         dim=-1)
+                           for layer, position in where])
 
 
 class _Outputs(dict):
@@ -195,8 +194,7 @@ def _rows_frames(num_frames, capture: _Capture, rows: int, adjust_seek: bool):
     only some rows, they are found by matching their encoder input to the batch's."""
     import numpy as np
 
-    if num_frames is None or isinstance(num_frames, int) or \
-            (isinstance(num_frames, torch.Tensor) and num_frames.dim() == 0):
+    if not _per_row(num_frames):
         return num_frames
     frames = np.asarray(num_frames.cpu() if isinstance(num_frames, torch.Tensor) else num_frames)
     if adjust_seek and capture.seek is not None:
@@ -216,11 +214,14 @@ def _rows_frames(num_frames, capture: _Capture, rows: int, adjust_seek: bool):
     return frames[index]
 
 
+def _per_row(num_frames) -> bool:
+    """Whether ``num_frames`` holds one count per row (else None or one count for all)."""
+    return not (num_frames is None or isinstance(num_frames, int)
+                or (isinstance(num_frames, torch.Tensor) and num_frames.dim() == 0))
+
+
 def _item_frames(num_frames, b: int):
-    if num_frames is None or isinstance(num_frames, int) or \
-            (isinstance(num_frames, torch.Tensor) and num_frames.dim() == 0):
-        return num_frames
-    return num_frames[b:b + 1]
+    return num_frames[b:b + 1] if _per_row(num_frames) else num_frames
 
 
 def install(model) -> Optional[str]:
