@@ -91,19 +91,18 @@ def worker_handler(spec: dict) -> dict:
 
     m = MODELS[spec["model"]]
     assisted = spec["mode"] in ("assisted", "auto")
-    if os.environ.get("BENCH_STOCK_WORD_TIMES"):
-        import dataclasses
+    import contextlib
 
-        from speaker_asr.patches import registry
+    from speaker_asr.patches import registry
 
-        registry.PATCHES = tuple(
-            dataclasses.replace(p, install=lambda model, context: "benchmark: stock word times")
-            if p.name == "alignment_heads_only" else p for p in registry.PATCHES)
+    stock = registry.skipping("alignment_heads_only", "benchmark: stock word times") \
+        if os.environ.get("BENCH_STOCK_WORD_TIMES") else contextlib.nullcontext()
     rss0 = rss_mb()
     t = time.perf_counter()
-    h = EndpointHandler(settings=ModelSettings(
-        asr_model=str(m["hf"]), assistant_model=str(m["assistant"]) if assisted else None,
-        diarization_model="" if os.environ.get("BENCH_ASR_ONLY") else str(PIPELINE), device="cpu"))
+    with stock:
+        h = EndpointHandler(settings=ModelSettings(
+            asr_model=str(m["hf"]), assistant_model=str(m["assistant"]) if assisted else None,
+            diarization_model="" if os.environ.get("BENCH_ASR_ONLY") else str(PIPELINE), device="cpu"))
     load_s = time.perf_counter() - t
     rss_loaded = rss_mb()
 

@@ -57,15 +57,15 @@ def worker(args) -> dict:
     from speaker_asr.config import InferenceConfig, ModelSettings
     from speaker_asr.patches import registry
 
-    if args.variant == "stock-words":  # transformers' own word timestamps, every other patch on
-        import dataclasses
+    import contextlib
 
-        registry.PATCHES = tuple(
-            dataclasses.replace(p, install=lambda m, c: "benchmark: stock path")
-            if p.name == "alignment_heads_only" else p for p in registry.PATCHES)
+    # stock-words: transformers' own word timestamps, every other patch on
+    stock = registry.skipping("alignment_heads_only", "benchmark: stock path") \
+        if args.variant == "stock-words" else contextlib.nullcontext()
     settings = ModelSettings(asr_model=args.model, assistant_model="", diarization_model="",
                              max_new_tokens=args.tokens, device=args.device)
-    transcriber = WhisperTranscriber(settings, *resolve_device(settings))
+    with stock:
+        transcriber = WhisperTranscriber(settings, *resolve_device(settings))
     cuda = transcriber.device.type == "cuda"
     loaded = torch.cuda.memory_allocated() if cuda else rss_mb() * 2 ** 20
     words = args.variant != "plain"

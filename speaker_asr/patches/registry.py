@@ -13,8 +13,9 @@ paths, output included); ``DIARIZATION_SPEEDUPS=false`` every diarization patch.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+import contextlib
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Iterator, Optional
 
 # an install function returns None when it applied, else the reason it did not
 Install = Callable[[Any, dict], Optional[str]]
@@ -151,6 +152,22 @@ PATCHES: tuple[Patch, ...] = (
     Patch("cpu_embedding_batch", "diarization", False, "pyannote.audio 3.3 and 4.x", _cpu_embedding_batch,
           "on CPU one window per embedding batch instead of 32"),
 )
+
+
+@contextlib.contextmanager
+def skipping(name: str, reason: str) -> Iterator[None]:
+    """Within the block, patch ``name`` is skipped with ``reason`` (every other one as usual):
+    for measuring or testing one patch against the code path it replaces."""
+    global PATCHES
+    saved = PATCHES
+    if name not in {p.name for p in saved}:
+        raise ValueError(f"no patch named {name!r}")
+    PATCHES = tuple(replace(p, install=lambda obj, context: reason) if p.name == name else p
+                    for p in saved)
+    try:
+        yield
+    finally:
+        PATCHES = saved
 
 
 def install(target: str, obj: Any, enabled: bool, **context: Any) -> list[PatchResult]:

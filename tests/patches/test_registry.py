@@ -83,3 +83,17 @@ def test_patch_order_and_declarations_are_fixed():
         < whisper.index("decoder_attention_at_load")
     assert [p.name for p in PATCHES if p.changes_output] == ["chunk_windows", "alignment_heads_only"]
     assert all(p.versions and p.summary for p in PATCHES)
+
+
+def test_skipping_one_patch_is_scoped_to_the_block():
+    from speaker_asr.patches import registry
+
+    before = registry.PATCHES
+    with registry.skipping("fast_dtw", "measured without it"):
+        skipped = [p for p in registry.PATCHES if p.name == "fast_dtw"]
+        assert skipped and all(p.install(None, {}) == "measured without it" for p in skipped)
+        assert [p.name for p in registry.PATCHES] == [p.name for p in before]
+    assert registry.PATCHES is before
+    with pytest.raises(ValueError, match="no patch named"):
+        with registry.skipping("no_such_patch", "x"):
+            pass

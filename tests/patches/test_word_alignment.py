@@ -4,8 +4,6 @@ transformers' own path, nothing per step kept, and large-v3's shape through the 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -26,15 +24,10 @@ def _load(settings, without_alignment_patch: bool = False):
     from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
     from speaker_asr.patches import registry
 
-    saved = registry.PATCHES
-    if without_alignment_patch:
-        registry.PATCHES = tuple(
-            dataclasses.replace(p, install=lambda model, context: "skipped by the test")
-            if p.name == "alignment_heads_only" else p for p in saved)
-    try:
+    if not without_alignment_patch:
         return WhisperTranscriber(settings, *resolve_device(settings))
-    finally:
-        registry.PATCHES = saved
+    with registry.skipping("alignment_heads_only", "skipped by the test"):
+        return WhisperTranscriber(settings, *resolve_device(settings))
 
 
 @pytest.fixture(scope="module")
