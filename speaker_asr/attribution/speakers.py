@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from speaker_asr.types import Segment, Turn, Word
 
@@ -459,11 +459,25 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
     clear (other speakers' turns cover at most :data:`ORPHAN_MAX_COVERED` of it) whose speaker got
     no word overlapping it, the nearest whole sentence of at most :data:`ORPHAN_WORDS` words within
     :data:`ORPHAN_REACH` s of it, given to one other speaker who keeps other words within 2 s,
-    moves to the turn's speaker. Returns new pieces; times are untouched."""
+    moves to the turn's speaker. Returns new pieces; times are untouched. Lookups go through
+    start-sorted lists: O((N + T) log N) plus the words and sentences near each turn."""
     out = [Word(w.text, w.start, w.end, w.speaker) for w in words]
     if not out:
         return out
-    spans = _sentences(out)
+    by_start = sorted(range(len(out)), key=lambda k: out[k].start)
+    starts = [out[k].start for k in by_start]
+    longest_word = max(w.end - w.start for w in out)
+
+    def words_near(lo: float, hi: float) -> Iterator[int]:
+        """Indices of the words with start < hi and end > lo."""
+        i, j = bisect.bisect_left(starts, lo - longest_word), bisect.bisect_left(starts, hi)
+        return (by_start[x] for x in range(i, j) if out[by_start[x]].end > lo)
+
+    # the sentences short enough to move, by start time
+    short = sorted((out[a].start, out[b - 1].end, a, b) for a, b in _sentences(out)
+                   if b - a <= ORPHAN_WORDS)
+    short_starts = [x[0] for x in short]
+    longest_sentence = max((end - start for start, end, _, _ in short), default=0.0)
     for turn in index.turns:
         length = turn.end - turn.start
         if length < ORPHAN_MIN_TURN:
@@ -472,21 +486,21 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
         if covered > ORPHAN_MAX_COVERED * length:
             continue
         lo, hi = turn.start + shift, turn.end + shift  # the turn in the words' time
-        if any(w.speaker == turn.speaker and w.end > lo and w.start < hi for w in out):
+        if any(out[k].speaker == turn.speaker for k in words_near(lo, hi)):
             continue
+        first = bisect.bisect_left(short_starts, lo - ORPHAN_REACH - longest_sentence)
+        last = bisect.bisect_right(short_starts, hi + ORPHAN_REACH)
         best = None
-        for a, b in spans:
+        # in transcript order: the earliest sentence wins a tie
+        for start, end, a, b in sorted(short[first:last], key=lambda x: x[2]):
             owner = out[a].speaker
-            if b - a > ORPHAN_WORDS or owner in (None, turn.speaker):
+            if owner in (None, turn.speaker) or any(out[k].speaker != owner for k in range(a, b)):
                 continue
-            if any(out[k].speaker != owner for k in range(a, b)):
-                continue
-            start, end = out[a].start, out[b - 1].end
             distance = max(0.0, lo - end, start - hi)
             if distance > ORPHAN_REACH:
                 continue
-            if not any(out[k].speaker == owner and out[k].start < end + 2.0 and out[k].end > start - 2.0
-                       for k in range(len(out)) if not a <= k < b):
+            if not any(out[k].speaker == owner for k in words_near(start - 2.0, end + 2.0)
+                       if not a <= k < b):
                 continue
             if best is None or distance < best[0]:
                 best = (distance, a, b)
