@@ -148,6 +148,17 @@ class SpeakerIndex:
             i -= 1
         return result
 
+    def turns_in(self, start: float, end: float) -> list[Turn]:
+        """The turns that overlap ``[start, end]`` by more than zero, in start order."""
+        found = []
+        i = bisect.bisect_left(self._starts, end) - 1
+        while i >= 0 and self._max_end[i] > start:
+            t = self.turns[i]
+            if min(end, t.end) > max(start, t.start):
+                found.append(t)
+            i -= 1
+        return found[::-1]
+
     def nearest(self, start: float, end: float) -> Optional[Turn]:
         """The turn closest to ``[start, end]`` (gap measured between the nearest edges); ties
         go to the turn that comes first."""
@@ -449,6 +460,25 @@ def _sentences(words: Sequence[Word]) -> list[tuple[int, int]]:
     return spans
 
 
+CLAUSE_END = (",", ";", ":", "，", "、", "；", "：")
+
+
+def _short_spans(words: Sequence[Word]) -> list[tuple[int, int]]:
+    """(first, last + 1) of each sentence of at most :data:`ORPHAN_WORDS` words, and of a longer
+    sentence's opening and closing clause of at most that many ("No, | you should go"; Whisper
+    often joins a one-word reply to the next speaker's sentence with a comma)."""
+    spans = []
+    for a, b in _sentences(words):
+        if b - a <= ORPHAN_WORDS:
+            spans.append((a, b))
+        ends = [k for k in range(a, b - 1) if words[k].text.strip().endswith(CLAUSE_END)]
+        if ends and ends[0] + 1 - a <= ORPHAN_WORDS:
+            spans.append((a, ends[0] + 1))
+        if ends and b - (ends[-1] + 1) <= ORPHAN_WORDS:
+            spans.append((ends[-1] + 1, b))
+    return spans
+
+
 def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0) -> list[Word]:
     """Give a turn that received no word the short sentence its words were timed out of.
 
@@ -457,10 +487,14 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
     its turn, into the pause or the next speaker's turn, while its own turn -- the diarization heard
     someone there -- got no word at all. For each turn of at least :data:`ORPHAN_MIN_TURN` s in the
     clear (other speakers' turns cover at most :data:`ORPHAN_MAX_COVERED` of it) whose speaker got
-    no word overlapping it, the nearest whole sentence of at most :data:`ORPHAN_WORDS` words within
-    :data:`ORPHAN_REACH` s of it, given to one other speaker who keeps other words within 2 s,
-    moves to the turn's speaker. Returns new pieces; times are untouched. Lookups go through
-    start-sorted lists: O((N + T) log N) plus the words and sentences near each turn."""
+    no word overlapping it, the nearest span of at most :data:`ORPHAN_WORDS` words within
+    :data:`ORPHAN_REACH` s of it -- a whole sentence, or the opening or closing clause of one (see
+    :func:`_short_spans`) -- given to one other speaker who keeps other words within 2 s, moves to
+    the turn's speaker. Whole sentences go before clauses, then the nearest. Not when the span is
+    all its owner has in one of the owner's own turns (one word transcribed for two replies:
+    moving it would only empty that turn), and a span moved once is never taken back. Returns
+    new pieces; times are untouched. Lookups go through start-sorted lists: O((N + T) log N)
+    plus the words and spans near each turn."""
     out = [Word(w.text, w.start, w.end, w.speaker) for w in words]
     if not out:
         return out
@@ -473,28 +507,33 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
         i, j = bisect.bisect_left(starts, lo - longest_word), bisect.bisect_left(starts, hi)
         return (by_start[x] for x in range(i, j) if out[by_start[x]].end > lo)
 
-    # the sentences short enough to move, by start time
-    short = sorted((out[a].start, out[b - 1].end, a, b) for a, b in _sentences(out)
-                   if b - a <= ORPHAN_WORDS)
+    # the spans short enough to move, by start time
+    short = sorted((out[a].start, out[b - 1].end, a, b) for a, b in _short_spans(out))
     short_starts = [x[0] for x in short]
-    longest_sentence = max((end - start for start, end, _, _ in short), default=0.0)
-    for turn in index.turns:
+    longest_span = max((end - start for start, end, _, _ in short), default=0.0)
+    sentence_spans = set(_sentences(out))
+    moved: set[int] = set()
+
+    def in_the_clear(turn: Turn) -> bool:
         length = turn.end - turn.start
-        if length < ORPHAN_MIN_TURN:
-            continue
         covered = sum(v for s, v in index.overlaps(turn.start, turn.end).items() if s != turn.speaker)
-        if covered > ORPHAN_MAX_COVERED * length:
-            continue
+        return length >= ORPHAN_MIN_TURN and covered <= ORPHAN_MAX_COVERED * length
+
+    def has_word(turn: Turn, skip: range = range(0)) -> bool:
+        return any(out[k].speaker == turn.speaker and k not in skip
+                   for k in words_near(turn.start + shift, turn.end + shift))
+
+    def candidates(turn: Turn) -> list[tuple[int, int]]:
+        """Spans the turn may take, best first: whole sentences before clauses, then nearest,
+        then earliest."""
         lo, hi = turn.start + shift, turn.end + shift  # the turn in the words' time
-        if any(out[k].speaker == turn.speaker for k in words_near(lo, hi)):
-            continue
-        first = bisect.bisect_left(short_starts, lo - ORPHAN_REACH - longest_sentence)
+        first = bisect.bisect_left(short_starts, lo - ORPHAN_REACH - longest_span)
         last = bisect.bisect_right(short_starts, hi + ORPHAN_REACH)
-        best = None
-        # in transcript order: the earliest sentence wins a tie
-        for start, end, a, b in sorted(short[first:last], key=lambda x: x[2]):
+        ranked = []
+        for start, end, a, b in short[first:last]:
             owner = out[a].speaker
-            if owner in (None, turn.speaker) or any(out[k].speaker != owner for k in range(a, b)):
+            if owner in (None, turn.speaker) or any(out[k].speaker != owner or k in moved
+                                                    for k in range(a, b)):
                 continue
             distance = max(0.0, lo - end, start - hi)
             if distance > ORPHAN_REACH:
@@ -502,12 +541,23 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
             if not any(out[k].speaker == owner for k in words_near(start - 2.0, end + 2.0)
                        if not a <= k < b):
                 continue
-            if best is None or distance < best[0]:
-                best = (distance, a, b)
-        if best is not None:
-            _, a, b = best
+            ranked.append(((a, b) not in sentence_spans, distance, a, b))
+        return [(a, b) for *_, a, b in sorted(ranked)]
+
+    for turn in index.turns:
+        if not in_the_clear(turn) or has_word(turn):
+            continue
+        for a, b in candidates(turn):
+            # not a span that is all its owner has in one of the owner's turns: taking it would
+            # only leave that turn without a word (one word transcribed for two replies)
+            start, end = out[a].start - shift, out[b - 1].end - shift
+            if any(t.speaker == out[a].speaker and not has_word(t, range(a, b))
+                   for t in index.turns_in(start, end)):
+                continue
+            moved.update(range(a, b))  # taken once: no other turn takes it back
             for k in range(a, b):
-                out[k] = Word(out[k].text, out[k].start, out[k].end, turn.speaker)
+                out[k].speaker = turn.speaker
+            break
     return out
 
 

@@ -368,3 +368,33 @@ def test_orphan_turns_leave_backchannels_inside_turns_long_sentences_and_far_wor
     far = [_w(" Well", 0.1, 0.5, "A"), _w(" then.", 0.5, 1.9, "A"), _w(" Yes.", 4.3, 4.6, "B"),
            _w(" Next", 4.7, 5.0, "B"), _w(" one.", 5.0, 5.4, "B")]
     assert [w.speaker for w in orphan_turns(far, SpeakerIndex(turns))] == [w.speaker for w in far]
+
+
+def test_a_reply_whisper_joined_to_the_next_sentence_with_a_comma_goes_back_to_its_turn():
+    """A's "No." at 23.25-23.62 transcribed as "No, you should go..." and timed 24.38-24.9, in the
+    pause before B's turn: A's turn got no word, so the opening clause moves, not B's sentence."""
+    from speaker_asr.attribution.speakers import orphan_turns
+
+    turns = [Turn(20.0, 23.1, "B"), Turn(23.25, 23.62, "A"), Turn(24.94, 27.56, "B")]
+    words = [_w(" Fine.", 21.0, 22.9, "B"), _w(" No,", 24.38, 24.9, "B"), _w(" you", 24.9, 25.2, "B"),
+             _w(" should", 25.2, 25.44, "B"), _w(" go", 25.44, 25.66, "B"), _w(" then.", 25.66, 26.4, "B")]
+    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["B", "A", "B", "B", "B", "B"]
+    # and a short sentence made of two replies ("Okay, really?"): the clause, not the sentence
+    turns = [Turn(28.0, 31.3, "A"), Turn(31.52, 31.93, "B"), Turn(32.83, 33.48, "C")]
+    words = [_w(" Go", 28.1, 29.0, "A"), _w(" on.", 29.0, 31.2, "A"), _w(" Okay,", 32.34, 32.94, "C"),
+             _w(" really?", 32.94, 33.54, "C")]
+    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["A", "A", "B", "C"]
+
+
+def test_orphan_turns_never_leave_the_owners_turn_without_a_word():
+    """Two "Hello?"s transcribed as one word, timed in the second turn: taking it for the first
+    turn would only leave the second without a word, so it stays where its time puts it."""
+    from speaker_asr.attribution.speakers import orphan_turns
+
+    turns = [Turn(6.68, 7.16, "D"), Turn(7.63, 8.15, "S"), Turn(8.44, 9.8, "D")]
+    words = [_w(" Hello.", 7.7, 8.3, "S"), _w(" Oh,", 8.3, 8.74, "D"), _w(" hello.", 8.74, 8.9, "D"),
+             _w(" I", 8.9, 8.96, "D"), _w(" see.", 8.96, 9.7, "D")]
+    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["S", "D", "D", "D", "D"]
+    # with a second word in S's turn, the first turn takes the sentence
+    words.insert(1, _w(" Hi.", 8.0, 8.14, "S"))
+    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["D", "S", "D", "D", "D", "D"]
