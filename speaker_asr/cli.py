@@ -3,6 +3,7 @@
     python -m speaker_asr transcribe FILE [--num-speakers N | --min-speakers N --max-speakers N]
                                   [--language xx] [--task transcribe|translate] [--assisted]
                                   [--prompt TEXT] [--word-timestamps] [--speaker-names A,B]
+                                  [--known-speaker NAME=CLIP ...] [--speaker-embeddings]
                                   [--format FORMAT[,FORMAT...]] [--output PATH | --output-dir DIR]
     python -m speaker_asr serve [--host HOST] [--port PORT]
 
@@ -22,6 +23,7 @@ message is printed on stderr); 1 the models could not be loaded or another error
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import os
@@ -83,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--speaker-names", action="append", default=[], metavar="NAME[,NAME...]",
                    help="names for the speakers in order of first appearance (comma-separated "
                         "and/or repeated: --speaker-names Alice,Bob)")
+    t.add_argument("--known-speaker", dest="known_speakers", action="append", default=[],
+                   metavar="NAME=CLIP",
+                   help="a person who may speak and an audio clip of their voice alone (2-30 s; "
+                        "repeatable): the speaker whose voice matches is labelled NAME")
+    t.add_argument("--speaker-match-threshold", type=float, metavar="X",
+                   help="voice similarity (cosine, -1..1) a speaker needs to take a known name "
+                        "(default: SPEAKER_MATCH_THRESHOLD)")
+    t.add_argument("--speaker-embeddings", action="store_true",
+                   help="include each speaker's voice embedding in JSON output (request "
+                        "return_speaker_embeddings), to match speakers across files")
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="any other request parameter (repeatable; values coerced like query strings)")
     t.add_argument("--format", "-f", dest="formats", action="append", type=_format_list,
@@ -143,6 +155,22 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
     names = _split_names(getattr(args, "speaker_names", None) or [])
     if names:
         params.setdefault("speaker_names", []).extend(names)
+    for item in getattr(args, "known_speakers", None) or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"--known-speaker {item!r}: use NAME=CLIP, e.g. --known-speaker "
+                             "Alice=alice.wav")
+        try:
+            clip = Path(path.strip()).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"--known-speaker {name.strip()}: cannot read {path.strip()}: "
+                             f"{exc.strerror or exc}") from None
+        params.setdefault("known_speaker_names", []).append(name.strip())
+        params.setdefault("known_speaker_references", []).append(base64.b64encode(clip).decode("ascii"))
+    if getattr(args, "speaker_match_threshold", None) is not None:
+        params["speaker_match_threshold"] = args.speaker_match_threshold
+    if getattr(args, "speaker_embeddings", False):
+        params["return_speaker_embeddings"] = True
     return params
 
 
@@ -202,15 +230,9 @@ def render_result(response: dict[str, Any], fmt: str, speaker_names: Optional[li
                   task: str) -> dict[str, Any]:
     """What the handler answers for ``response_format=fmt`` (and ``speaker_names``), from its
     plain json ``response``: for writing several formats from one transcription."""
-    from speaker_asr.formats import render
+    from speaker_asr.formats import render_response
 
-    if fmt == "json" and not speaker_names:
-        return response
-    out = render(response, fmt, speaker_names=speaker_names or None, task=task)
-    out.setdefault("duration", response.get("duration"))
-    if response.get("warnings"):
-        out.setdefault("warnings", response["warnings"])
-    return out
+    return render_response(response, fmt, speaker_names=speaker_names or None, task=task)
 
 
 def output_text(result: Any, fmt: str) -> str:

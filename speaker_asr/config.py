@@ -11,6 +11,8 @@ No torch import here: this module is pure validation.
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
@@ -36,6 +38,14 @@ MAX_CHUNK_LENGTH_S = 30.0
 MIN_CHUNK_LENGTH_S = 5.0
 MAX_SPEAKERS = 32
 MAX_PROMPT_CHARS = 800
+# known speakers (named by reference clips): how many per request, and each clip's length (s);
+# OpenAI's diarized transcription takes up to 4 clips of 2-10 s, all of which are valid here
+MAX_KNOWN_SPEAKERS = 8
+MIN_REFERENCE_SECONDS = 2.0
+MAX_REFERENCE_SECONDS = 30.0
+# cosine similarity of voice embeddings at or above which a found speaker takes a known name
+# (measured with the CAM++ pipeline on real and generated speech: docs/measurements.md)
+DEFAULT_SPEAKER_MATCH_THRESHOLD = 0.6
 
 
 class ModelSettings(BaseSettings):
@@ -70,6 +80,9 @@ class ModelSettings(BaseSettings):
         True, description="pyannote speed fixes (speaker_asr/patches/diarization.py): no speaker embedding for "
                           "a window's silent speaker slots; on CPU one window per embedding batch; "
                           "false runs pyannote's own settings")
+    speaker_match_threshold: float = Field(
+        DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,
+        description="default voice similarity (cosine) for naming a speaker after a reference clip")
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
 
@@ -185,6 +198,21 @@ class InferenceConfig(BaseModel):
         Field("json", description="text formats come back as {'format', 'content'}")
     speaker_names: Optional[list[str]] = Field(
         None, description="names for the speakers in order of first appearance")
+    known_speaker_names: Optional[list[str]] = Field(
+        None, description=f"names of up to {MAX_KNOWN_SPEAKERS} people who may speak, each with a clip of "
+                          "their voice in known_speaker_references (same order): a found speaker whose "
+                          "voice matches a clip is labelled with that name")
+    known_speaker_references: Optional[list[Union[str, list[float]]]] = Field(
+        None, description=f"one per known_speaker_names entry: a base64 audio clip or data URI "
+                          f"({MIN_REFERENCE_SECONDS:g}-{MAX_REFERENCE_SECONDS:g} s of that person "
+                          "speaking alone), or a voice embedding returned earlier by "
+                          "return_speaker_embeddings")
+    speaker_match_threshold: Optional[float] = Field(
+        None, ge=-1.0, le=1.0, description="voice similarity (cosine) a speaker needs to take a known "
+                                           "name; default: the server's SPEAKER_MATCH_THRESHOLD")
+    return_speaker_embeddings: bool = Field(
+        False, description="include each speaker's voice embedding (and each reference clip's) in "
+                           "the response, to match speakers across files")
     hallucination_filter: bool = Field(
         True, description="remove runs of 4+ words that Whisper wrote with no audio under them "
                           "(word times of zero length: repeated text after the speech); named in "
@@ -253,10 +281,52 @@ class InferenceConfig(BaseModel):
             from speaker_asr.formats import validate_speaker_names
 
             validate_speaker_names(self.speaker_names)
+        self._check_known_speakers(caps)
         if self.language is not None:
             code = normalize_language(self.language, caps)
             object.__setattr__(self, "language", code)
         return self
+
+    def _check_known_speakers(self, caps: "ModelCapabilities") -> None:
+        names, refs = self.known_speaker_names, self.known_speaker_references
+        wanted = names is not None or refs is not None or self.return_speaker_embeddings \
+            or self.speaker_match_threshold is not None
+        if wanted and not caps.has_diarization:
+            raise ValueError("known speakers and speaker embeddings need speaker diarization: set "
+                             f"DIARIZATION_MODEL (e.g. {DEFAULT_DIARIZATION_MODEL}) when starting the "
+                             "endpoint")
+        if names is None and refs is None:
+            if self.speaker_match_threshold is not None:
+                raise ValueError("speaker_match_threshold applies to known speakers: give "
+                                 "known_speaker_names and known_speaker_references too")
+            return
+        if names is None or refs is None:
+            given, missing = (("known_speaker_names", "known_speaker_references") if refs is None
+                              else ("known_speaker_references", "known_speaker_names"))
+            raise ValueError(f"{given} needs {missing}: one reference clip per name, in the same order")
+        if self.speaker_names is not None:
+            raise ValueError("give either speaker_names (names in order of first appearance) or "
+                             "known_speaker_names (names matched by voice), not both")
+        from speaker_asr.formats import validate_speaker_names
+
+        clean = validate_speaker_names(names, "known_speaker_names", MAX_KNOWN_SPEAKERS)
+        if not clean:
+            raise ValueError("known_speaker_names is empty: give at least one name with its clip")
+        for i, name in enumerate(clean):
+            if re.fullmatch(r"SPEAKER_\d+", name):
+                raise ValueError(f"known_speaker_names[{i}] {name!r} looks like the label of an "
+                                 "unnamed speaker; pick a real name")
+        if len(refs) != len(clean):
+            raise ValueError(f"known_speaker_references has {len(refs)} entries for "
+                             f"{len(clean)} known_speaker_names; give one clip per name, in order")
+        for i, ref in enumerate(refs):
+            if isinstance(ref, str) and not ref.strip():
+                raise ValueError(f"known_speaker_references[{i}] (for {clean[i]!r}) is empty: send a "
+                                 "base64 audio clip or data URI")
+            if isinstance(ref, list) and (not ref or not all(math.isfinite(x) for x in ref)):
+                raise ValueError(f"known_speaker_references[{i}] (for {clean[i]!r}) is not a usable "
+                                 "voice embedding: expected a non-empty list of finite numbers")
+        object.__setattr__(self, "known_speaker_names", clean)
 
     def assist_eligible(self, duration_s: float, has_assistant: bool) -> bool:
         """Whether assisted and plain decoding are interchangeable for this request: an
@@ -300,6 +370,9 @@ class InferenceConfig(BaseModel):
 _ALLOWED_TEXT = {
     "temperature": "a number in [0, 1] or an increasing list of such numbers",
     "speaker_names": 'a list of strings, e.g. ["Alice", "Bob"]',
+    "known_speaker_names": 'a list of strings, e.g. ["Alice", "Bob"]',
+    "known_speaker_references": "a list with one base64 audio clip (or data URI, or voice "
+                                "embedding: a list of numbers) per known speaker name",
     "prompt": f"a string of 1 to {MAX_PROMPT_CHARS} characters",
     "language": "a Whisper language code or name, e.g. 'en' or 'french'",
 }

@@ -17,8 +17,10 @@ import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig, ModelSettings
-from speaker_asr.formats import render
-from speaker_asr.attribution.response import build_response, rename_speakers
+from speaker_asr.formats import render_response
+from speaker_asr.attribution.naming import (known_speakers_entries, match_speakers, name_turns,
+                                            speaker_embeddings_entries)
+from speaker_asr.attribution.response import build_response, rename_speakers, speaker_labels
 from speaker_asr.diarization.pipeline import (configure_pyannote_telemetry, diarize,
                                               load_diarization_pipeline)
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
@@ -42,11 +44,18 @@ class EndpointHandler:
         self.device, self.dtype = resolve_device(self.settings)
         self.asr = WhisperTranscriber(self.settings, self.device, self.dtype)
         self.diarization = None
+        self.voices = None  # the diarization's speaker-embedding model, for known speakers
         if self.settings.diarization_model:
             self.diarization = load_diarization_pipeline(
                 self.settings.diarization_model, self.settings.token(), self.device,
                 telemetry=self.settings.diarization_telemetry,
                 speedups=self.settings.diarization_speedups)
+            from speaker_asr.diarization.embeddings import SpeakerVoices
+
+            try:
+                self.voices = SpeakerVoices(self.diarization)
+            except RuntimeError as exc:  # a custom pipeline without an embedding model
+                logger.warning("known speakers unavailable: %s", exc)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization")
         # one request at a time: the models, the assistant policy and the diarization worker are
         # shared state (the Endpoints toolkit serialises calls too; a caller's own threads may not)
@@ -78,17 +87,20 @@ class EndpointHandler:
         audio = preprocess_inputs(data.get("inputs"), max_duration_s=self.settings.max_audio_seconds)
         duration = len(audio) / SAMPLE_RATE
         diarized = self.diarization is not None
+        # known speakers' reference clips: checked and embedded before any decoding, so a bad
+        # clip is refused at once (embeddings are cached by the clip's bytes)
+        references = self._references(config)
+        voices = references is not None or config.return_speaker_embeddings
         silent = duration == 0 or (config.vad_filter and float(np.max(np.abs(audio))) < SILENCE_PEAK)
         if silent:  # nothing to transcribe: Whisper would only make something up ("Thank you.")
+            extra = self._voice_extra(config, references, {}) if voices else None
             return self._render(build_response(
                 "", [], [] if diarized else None, duration,
-                "en" if not self.capabilities.multilingual else config.language), config)
+                "en" if not self.capabilities.multilingual else config.language, extra=extra), config)
 
         # diarization runs beside the ASR (torch releases the GIL), so a request costs about the
         # longer of the two rather than their sum
-        pending = self._pool.submit(
-            diarize, self.diarization, audio, num_speakers=config.num_speakers,
-            min_speakers=config.min_speakers, max_speakers=config.max_speakers) if diarized else None
+        pending = self._pool.submit(self._diarize, audio, config, voices) if diarized else None
         try:
             # word timestamps drive speaker attribution; without diarization only when asked for
             asr = self.asr.transcribe(audio, config,
@@ -99,10 +111,18 @@ class EndpointHandler:
         warnings = [f"removed {len(run.split())} words Whisper wrote with no audio under them "
                     f"(a repetition after the speech): {run!r} (set hallucination_filter=false "
                     "to keep them)" for run in asr.dropped]
+        centroids: dict = {}
         if diarized and error is None:
+            result, centroids = result
+            if centroids is None:
+                centroids = {}
+                warnings.append("the speakers' voices could not be compared (the speaker embedding "
+                                "model failed); speakers keep their SPEAKER_xx labels")
             # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
-            turns = rename_speakers(result.exclusive_turns if result.exclusive_turns is not None
-                                    else result.turns)
+            raw = result.exclusive_turns if result.exclusive_turns is not None else result.turns
+            labels = speaker_labels(raw)
+            turns = rename_speakers(raw)
+            centroids = {labels[k]: v for k, v in centroids.items() if k in labels}
             if not turns and not result.turns and config.vad_filter and asr.text.strip():
                 # the diarization's segmentation model heard no speech anywhere: what Whisper
                 # wrote is a hallucination on noise or music. Say what was dropped.
@@ -113,11 +133,63 @@ class EndpointHandler:
             # the transcript is still worth returning: say plainly that speakers are missing
             turns = []
             warnings.append(f"speaker diarization failed ({error}); the transcript has no speakers")
+        if voices:
+            matches = self._matches(config, references, centroids)
+            if matches and turns:
+                turns = name_turns(turns, matches)
+            extra.update(self._voice_extra(config, references, centroids, matches))
         if warnings:
             extra["warnings"] = warnings
         return self._render(build_response(
             asr.text, asr.chunks, turns, duration, asr.language, words=asr.words,
             return_words=config.return_word_timestamps, extra=extra), config)
+
+    def _diarize(self, audio: np.ndarray, config: InferenceConfig, voices: bool):
+        """(Diarization, {label: voice vector}) -- the vectors only when asked for."""
+        result = diarize(self.diarization, audio, num_speakers=config.num_speakers,
+                         min_speakers=config.min_speakers, max_speakers=config.max_speakers)
+        centroids: Optional[dict] = {}
+        if voices:
+            clean = result.exclusive_turns if result.exclusive_turns is not None else result.turns
+            try:
+                centroids = self.voices.centroids(audio, clean)
+            except Exception:  # a fault in the embedding model: keep the speakers, unnamed
+                logger.exception("speaker embeddings failed")
+                centroids = None
+        return result, centroids
+
+    def _references(self, config: InferenceConfig) -> Optional[dict[str, np.ndarray]]:
+        """Known name -> its reference's voice vector (None when no known speakers are asked
+        for); raises RequestError for a clip that cannot serve."""
+        wanted = config.known_speaker_names is not None or config.return_speaker_embeddings
+        if wanted and self.voices is None:
+            raise RequestError("known speakers and speaker embeddings are not available: the "
+                               "diarization pipeline has no speaker embedding model")
+        if config.known_speaker_names is None:
+            return None
+        return {name: self.voices.reference(i, name, ref) for i, (name, ref) in
+                enumerate(zip(config.known_speaker_names, config.known_speaker_references))}
+
+    def _matches(self, config: InferenceConfig, references, centroids) -> list:
+        if references is None:
+            return []
+        threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
+                     else self.settings.speaker_match_threshold)
+        return match_speakers({k: None if v is None else v.tolist() for k, v in centroids.items()},
+                              {k: v.tolist() for k, v in references.items()}, threshold)
+
+    def _voice_extra(self, config: InferenceConfig, references, centroids, matches=None) -> dict:
+        extra: dict[str, Any] = {}
+        if references is not None:
+            if matches is None:
+                matches = self._matches(config, references, {})
+            extra["known_speakers"] = known_speakers_entries(
+                matches, {k: v.tolist() for k, v in references.items()}
+                if config.return_speaker_embeddings else None)
+        if config.return_speaker_embeddings:
+            extra["speaker_embeddings"] = speaker_embeddings_entries(
+                {k: None if v is None else v.tolist() for k, v in centroids.items()}, matches or [])
+        return extra
 
     @staticmethod
     def _diarization_result(pending: Optional[Future]):
@@ -132,12 +204,5 @@ class EndpointHandler:
 
     @staticmethod
     def _render(response: dict[str, Any], config: InferenceConfig) -> dict[str, Any]:
-        if config.response_format == "json" and not config.speaker_names:
-            return response
-        out = render(response, config.response_format, speaker_names=config.speaker_names,
-                     task=config.task)
-        # text formats travel as {"format", "content"}; the audio length stays visible (metrics)
-        out.setdefault("duration", response["duration"])
-        if response.get("warnings"):
-            out.setdefault("warnings", response["warnings"])
-        return out
+        return render_response(response, config.response_format, speaker_names=config.speaker_names,
+                               task=config.task)

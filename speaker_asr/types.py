@@ -89,6 +89,16 @@ class SpeakerTurn(TypedDict):
     timestamp: list[float]
 
 
+class KnownSpeaker(TypedDict):
+    """One ``known_speaker_names`` entry: the label it got (the name; None when no found voice
+    matched its clip) and the cosine similarity behind that (its best one when unmatched)."""
+
+    name: str
+    speaker: Optional[str]
+    similarity: Optional[float]
+    embedding: NotRequired[Optional[list[float]]]  # with return_speaker_embeddings
+
+
 class Response(TypedDict):
     """The handler's JSON response (``response_format=json``)."""
 
@@ -99,3 +109,6 @@ class Response(TypedDict):
     duration: float
     alignment: str  # "word" or "segment"
     warnings: NotRequired[list[str]]
+    known_speakers: NotRequired[list[KnownSpeaker]]
+    # with return_speaker_embeddings: each found speaker's voice embedding, by its label
+    speaker_embeddings: NotRequired[dict[str, Optional[list[float]]]]

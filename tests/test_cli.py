@@ -209,6 +209,30 @@ def test_options_become_request_parameters_and_the_text_is_written_raw(fake, cap
     assert "warning: a warning from the handler" in captured.err
 
 
+def test_known_speakers_are_read_from_clip_files(fake, capsys):
+    import base64
+
+    from speaker_asr import cli
+
+    alice, bob = fake.dir / "alice.wav", fake.dir / "bob.flac"
+    alice.write_bytes(b"RIFF alice")
+    bob.write_bytes(b"fLaC bob")
+    code = cli.main(["transcribe", str(fake.audio), "--known-speaker", "Alice=" + str(alice),
+                     "--known-speaker", " Bob = " + str(bob), "--speaker-match-threshold", "0.7",
+                     "--speaker-embeddings", "-f", "diarized_json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert fake.calls[0]["parameters"] == {
+        "known_speaker_names": ["Alice", "Bob"],
+        "known_speaker_references": [base64.b64encode(b"RIFF alice").decode(), base64.b64encode(b"fLaC bob").decode()],
+        "speaker_match_threshold": 0.7, "return_speaker_embeddings": True, "response_format": "diarized_json"}
+    for bad, fragment in ((["--known-speaker", "Alice"], "NAME=CLIP"),
+                          (["--known-speaker", f"Carol={fake.dir / 'missing.wav'}"], "cannot read"),
+                          (["--known-speaker", f"SPEAKER_01={alice}"], "unnamed speaker")):
+        assert cli.main(["transcribe", str(fake.audio), *bad]) == 2
+        assert fragment in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("fmt", ["json", "verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"])
 def test_each_format_on_stdout(fake, capsys, fmt):
     from speaker_asr import cli

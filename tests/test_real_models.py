@@ -134,3 +134,76 @@ def test_base_repetition_after_the_speech_is_removed_and_named():
     flat = [w for c in kept["chunks"] for w in c["words"]]
     assert "".join(w["word"] for w in flat) == kept["text"]
     assert not any(all(w["end"] - w["start"] <= 0.02 for w in flat[i:i + 4]) for i in range(len(flat) - 3))
+
+
+def _wav_b64(audio) -> str:
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, audio, 16000, format="WAV", subtype="PCM_16")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_known_speakers_are_named_from_clips_of_another_part_and_a_stranger_names_nobody(tiny_en):
+    """Diane's and Sheila's clips from the first 17.8 s of the sample (3.4 s and 3.3 s) name them in
+    the rest of it; a LibriVox reader's clip names nobody; every word's name agrees with the
+    reference transcript's speaker at its time."""
+    import numpy as np
+
+    from speaker_asr.audio.decode import decode_audio
+
+    librivox = sorted((REAL_MODELS / "audio" / "librivox").glob("*.wav"))
+    if not librivox:
+        pytest.skip("real-models kit without LibriVox clips")
+    audio = decode_audio(SAMPLE.read_bytes())
+    split = 17.78
+    ref = reference()
+
+    def clip(name):
+        parts = [audio[int(s * 16000):int(e * 16000)] for spk, s, e, _ in ref if spk == name and e <= split
+                 and e - s > 1.5]
+        return np.concatenate(parts)
+
+    stranger = decode_audio(librivox[0].read_bytes())[:6 * 16000]
+    names = ["Sheila", "Diane", "Reader"]
+    r = tiny_en({"inputs": _wav_b64(audio[int(split * 16000):]), "parameters": {
+        "known_speaker_names": names, "return_word_timestamps": True,
+        "known_speaker_references": [_wav_b64(clip("Sheila")), _wav_b64(clip("Diane")), _wav_b64(stranger)]}})
+    got = {k["name"]: k for k in r["known_speakers"]}
+    assert got["Sheila"]["speaker"] == "Sheila" and got["Diane"]["speaker"] == "Diane", got
+    assert got["Reader"]["speaker"] is None and got["Reader"]["similarity"] < 0.3, got
+    assert {c["speaker"] for c in r["chunks"]} == {"Sheila", "Diane"}
+    pairs = []
+    for c in r["chunks"]:
+        for w in c["words"]:
+            mid = split + (w["start"] + w["end"]) / 2
+            talking = {spk for spk, s, e, _ in ref if s - 0.2 <= mid <= e + 0.2}
+            if len(talking) == 1:
+                pairs.append((talking.pop(), w["speaker"]))
+    assert len(pairs) > 25 and sum(a == b for a, b in pairs) / len(pairs) >= 0.9, pairs
+    # the same call again: the clips are not embedded again
+    before = tiny_en.voices.cache.misses
+    tiny_en({"inputs": _wav_b64(audio[int(split * 16000):]), "parameters": {
+        "known_speaker_names": names[:2],
+        "known_speaker_references": [_wav_b64(clip("Sheila")), _wav_b64(clip("Diane"))]}})
+    assert tiny_en.voices.cache.misses == before
+
+
+def test_known_speaker_clips_that_cannot_serve_are_refused_with_real_embeddings(tiny_en):
+    import numpy as np
+
+    from speaker_asr.audio.decode import decode_audio
+    from speaker_asr.errors import RequestError
+
+    audio = decode_audio(SAMPLE.read_bytes())
+    for clip, fragment in ((np.zeros(3 * 16000, np.float32), "silent"),
+                           (audio[int(11 * 16000):int(12.2 * 16000)], "1.2 s long")):
+        with pytest.raises(RequestError, match=fragment):
+            tiny_en({"inputs": _wav_b64(audio[:5 * 16000]), "parameters": {
+                "known_speaker_names": ["Diane"], "known_speaker_references": [_wav_b64(clip)]}})
+    with pytest.raises(RequestError, match="could not be read as audio"):
+        tiny_en({"inputs": _wav_b64(audio[:5 * 16000]), "parameters": {
+            "known_speaker_names": ["Diane"],
+            "known_speaker_references": [base64.b64encode(b"%PDF-1.4 not audio" * 50).decode()]}})

@@ -11,11 +11,17 @@ from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, att
 from speaker_asr.types import Response, Segment, Turn, Word
 
 
-def rename_speakers(turns: list[Turn]) -> list[Turn]:
-    """Relabel speakers SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
+def speaker_labels(turns: list[Turn]) -> dict[str, str]:
+    """The diarization's labels -> SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
     mapping: dict[str, str] = {}
     for t in sorted(turns, key=lambda t: (t.start, t.end)):
         mapping.setdefault(t.speaker, f"SPEAKER_{len(mapping):02d}")
+    return mapping
+
+
+def rename_speakers(turns: list[Turn]) -> list[Turn]:
+    """Relabel speakers SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
+    mapping = speaker_labels(turns)
     return [Turn(t.start, t.end, mapping[t.speaker]) for t in turns]
 
 

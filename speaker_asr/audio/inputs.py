@@ -20,31 +20,32 @@ _DATA_URI = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+
 _B64_ALPHABET = re.compile(rb"^[A-Za-z0-9+/]*={0,2}$")
 
 
-def decode_base64(text: str) -> bytes:
+def decode_base64(text: str, what: str = "'inputs'") -> bytes:
     """Strict base64 (standard alphabet; whitespace and line breaks ignored; a
-    ``data:audio/...;base64,`` prefix accepted). Raises ValueError saying what is wrong."""
+    ``data:audio/...;base64,`` prefix accepted). Raises RequestError saying what is wrong, naming
+    the field as ``what``."""
     text = text.strip()
     match = _DATA_URI.match(text)
     if match:
         if not match.group("b64"):
-            raise RequestError("'inputs' is a data URI without ';base64': send the audio base64-encoded")
+            raise RequestError(f"{what} is a data URI without ';base64': send the audio base64-encoded")
         mime = (match.group("mime") or "").lower()
         if mime and not (mime.startswith("audio/") or mime.startswith("video/")
                          or mime == "application/octet-stream"):
-            raise RequestError(f"'inputs' is a data URI of type {mime!r}; expected audio/*")
+            raise RequestError(f"{what} is a data URI of type {mime!r}; expected audio/*")
         text = text[match.end():]
     compact = re.sub(r"\s+", "", text).encode("ascii", "replace")
     if not compact:
-        raise RequestError("'inputs' is empty: send the audio file's bytes as a base64 string")
+        raise RequestError(f"{what} is empty: send the audio file's bytes as a base64 string")
     if not _B64_ALPHABET.match(compact) or len(compact) % 4 != 0:
         hint = " (URL-safe base64 is not accepted: use the standard alphabet with + and /)" \
             if (b"-" in compact or b"_" in compact) else ""
-        raise RequestError(f"'inputs' is not valid base64{hint}: encode the audio file's bytes with "
+        raise RequestError(f"{what} is not valid base64{hint}: encode the audio file's bytes with "
                          "standard base64 (e.g. base64.b64encode(open(path, 'rb').read()).decode())")
     try:
         return base64.b64decode(compact, validate=True)
     except binascii.Error as exc:
-        raise RequestError(f"'inputs' is not valid base64 ({exc})") from None
+        raise RequestError(f"{what} is not valid base64 ({exc})") from None
 
 
 def input_bytes(inputs: Any) -> bytes:

@@ -28,7 +28,11 @@ MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "rttm": "text/p
                "txt": "text/plain", "json": "application/json", "verbose_json": "application/json",
                "diarized_json": "application/json"}
 
-__all__ = ["FORMATS", "TEXT_FORMATS", "TASKS", "MEDIA_TYPES", "render"]
+# response keys beside the transcript that every format carries along unchanged
+CARRIED_KEYS = ("duration", "warnings", "known_speakers", "speaker_embeddings")
+
+__all__ = ["FORMATS", "TEXT_FORMATS", "TASKS", "MEDIA_TYPES", "CARRIED_KEYS", "render",
+           "render_response"]
 
 
 def render(response: Response, fmt: str, *, speaker_names: Optional[list[str]] = None,
@@ -45,3 +49,19 @@ def render(response: Response, fmt: str, *, speaker_names: Optional[list[str]] =
         raise RequestError(f"the response to render must be a dict, got {type(response).__name__}")
     names = validate_speaker_names(speaker_names)
     return _WRITERS[name].render(apply_speaker_names(response, names), task=task)
+
+
+def render_response(response: Response, fmt: str, *, speaker_names: Optional[list[str]] = None,
+                    task: str = "transcribe") -> dict[str, Any]:
+    """What the endpoint answers for ``response_format=fmt``: the json response itself when
+    nothing changes it, else :func:`render` with the :data:`CARRIED_KEYS` (audio length,
+    warnings, known speakers, voice embeddings) kept beside the rendered transcript."""
+    if fmt == "json" and not speaker_names:
+        return response
+    out = render(response, fmt, speaker_names=speaker_names, task=task)
+    renamed = apply_speaker_names(response, validate_speaker_names(speaker_names)) \
+        if speaker_names and response.get("speaker_embeddings") else response
+    for key in CARRIED_KEYS:
+        if renamed.get(key) is not None:
+            out.setdefault(key, renamed[key])
+    return out

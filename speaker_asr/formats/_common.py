@@ -74,23 +74,25 @@ def width(text: str) -> int:
 # --------------------------------------------------------------------------- speaker names
 
 
-def validate_speaker_names(names: Any) -> list[str]:
-    """``speaker_names`` -> a clean list (names stripped). Raises ValueError saying what is wrong."""
+def validate_speaker_names(names: Any, param: str = "speaker_names",
+                           limit: int = MAX_SPEAKER_NAMES) -> list[str]:
+    """``speaker_names`` (or another list of names, ``param``) -> a clean list (names stripped).
+    Raises RequestError saying what is wrong."""
     if names is None:
         return []
     if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
-        raise RequestError("speaker_names must be a list of strings, e.g. [\"Alice\", \"Bob\"]")
-    if len(names) > MAX_SPEAKER_NAMES:
-        raise RequestError(f"speaker_names has {len(names)} names; at most {MAX_SPEAKER_NAMES} are allowed")
+        raise RequestError(f"{param} must be a list of strings, e.g. [\"Alice\", \"Bob\"]")
+    if len(names) > limit:
+        raise RequestError(f"{param} has {len(names)} names; at most {limit} are allowed")
     clean: list[str] = []
     for i, name in enumerate(names):
         if not isinstance(name, str) or not name.strip():
-            raise RequestError(f"speaker_names[{i}] must be a non-empty string, got {name!r}")
+            raise RequestError(f"{param}[{i}] must be a non-empty string, got {name!r}")
         if any(unicodedata.category(ch) == "Cc" for ch in name):
-            raise RequestError(f"speaker_names[{i}] must not contain line breaks or control characters")
+            raise RequestError(f"{param}[{i}] must not contain line breaks or control characters")
         name = name.strip()
         if name in clean:
-            raise RequestError(f"speaker_names has the name {name!r} twice; names must be unique")
+            raise RequestError(f"{param} has the name {name!r} twice; names must be unique")
         clean.append(name)
     return clean
 
@@ -145,6 +147,9 @@ def apply_speaker_names(response: Response, names: Sequence[str]) -> dict:
         if isinstance(chunk, dict):
             for word in chunk.get("words") or []:
                 rename(word)
+    voices = response.get("speaker_embeddings")
+    if isinstance(voices, dict):  # keyed by the transcript's labels: the same names
+        response["speaker_embeddings"] = {mapping.get(k, k): v for k, v in voices.items()}
     return response
 
 

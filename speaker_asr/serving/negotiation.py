@@ -4,6 +4,7 @@ or multipart request."""
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
@@ -143,13 +144,24 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+# parameters that are lists even when given once (``known_speaker_names=Alice``)
+LIST_PARAMETERS = ("known_speaker_names", "known_speaker_references")
+
+
 def collect_parameters(items) -> dict[str, Any]:
     """(key, text) pairs -> parameters, values coerced; a key given more than once becomes a list
-    (``?speaker_names=Diane&speaker_names=Sheila``)."""
+    (``?speaker_names=Diane&speaker_names=Sheila``); OpenAI-style ``key[]`` names mean ``key``
+    (``-F known_speaker_names[]=Alice``). Values already decoded (an uploaded clip, as base64)
+    are kept as they are."""
     grouped: dict[str, list] = {}
     for key, value in items:
-        grouped.setdefault(key, []).append(coerce_value(value))
-    return {key: values[0] if len(values) == 1 else values for key, values in grouped.items()}
+        key = key[:-2] if key.endswith("[]") else key
+        if key in LIST_PARAMETERS and isinstance(value, str):
+            grouped.setdefault(key, []).append(value.strip() if key == "known_speaker_names" else value)
+            continue
+        grouped.setdefault(key, []).append(coerce_value(value) if isinstance(value, str) else value)
+    return {key: values if key in LIST_PARAMETERS or len(values) > 1 else values[0]
+            for key, values in grouped.items()}
 
 
 def query_parameters(request: Request) -> dict[str, Any]:
@@ -223,8 +235,12 @@ async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) 
                     raise HttpError(400, "the 'file' field must be a file upload, e.g. "
                                             "curl -F file=@audio.wav")
                 audio = await value.read()
+            elif is_file and key.removesuffix("[]") == "known_speaker_references":
+                # a reference clip uploaded as a file: the handler takes clips as base64
+                fields.append((key, base64.b64encode(await value.read()).decode("ascii")))
             elif is_file:
-                raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file'")
+                raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file' "
+                                     "(and reference clips as 'known_speaker_references[]')")
             elif key in IGNORED_FORM_FIELDS:
                 continue
             elif key == "parameters":

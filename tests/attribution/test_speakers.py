@@ -323,6 +323,7 @@ def test_pure_logic_imports_no_model_library():
     from helpers import ROOT
 
     modules = ("speaker_asr.attribution.speakers", "speaker_asr.attribution.response",
+               "speaker_asr.attribution.naming",
                "speaker_asr.audio.inputs", "speaker_asr.errors", "speaker_asr.config")
     code = (f"import sys, {', '.join(modules)}; "
             "bad = {'torch', 'pyannote', 'transformers', 'starlette'} & {m.split('.')[0] for m in sys.modules}; "

@@ -155,6 +155,16 @@ def test_real_models_two_speaker_sample():
         body = requests.post(url, json={"inputs": base64.b64encode(audio).decode(),
                                         "parameters": {"return_word_timestamps": True}}, timeout=600).json()
         via_client = inference_client(url, "audio/wav", REAL / "audio" / "sample.wav")
+        # known speakers on this image's pyannote (3.x): clips of Diane and Sheila from the
+        # sample's first 17.8 s name them, a LibriVox reader's clip names nobody
+        named = requests.post(url, json={"inputs": base64.b64encode(audio).decode(), "parameters": {
+            "known_speaker_names": ["Diane", "Sheila", "Reader"],
+            "known_speaker_references": [_clip(audio, 10.78, 14.18), _clip(audio, 14.45, 17.77),
+                                         _reader_clip()]}}, timeout=600)
+    assert named.status_code == 200, named.text
+    known = {k["name"]: k["speaker"] for k in named.json()["known_speakers"]}
+    assert known == {"Diane": "Diane", "Sheila": "Sheila", "Reader": None}, named.json()["known_speakers"]
+    assert {c["speaker"] for c in named.json()["chunks"]} == {"Diane", "Sheila"}
     words = [w for c in body["chunks"] for w in c["words"]]
     heard = {w["word"].strip(" .,?!").lower() for w in words}
     assert len(heard & expected) >= 0.7 * len(heard), (sorted(heard - expected), body["text"])
@@ -162,3 +172,19 @@ def test_real_models_two_speaker_sample():
     assert {w["speaker"] for w in words} == {"SPEAKER_00", "SPEAKER_01"}
     assert {c["speaker"] for c in via_client["chunks"]} == {"SPEAKER_00", "SPEAKER_01"}
     assert via_client["text"] == body["text"]
+
+
+def _clip(wav: bytes, start: float, end: float) -> str:
+    import io
+
+    import soundfile as sf
+
+    audio, sr = sf.read(io.BytesIO(wav), dtype="float32")
+    buf = io.BytesIO()
+    sf.write(buf, audio[int(start * sr):int(end * sr)], sr, format="WAV")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _reader_clip() -> str:
+    clips = sorted((REAL / "audio" / "librivox").glob("*.wav"))
+    return _clip(clips[0].read_bytes(), 0.0, 6.0)

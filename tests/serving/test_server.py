@@ -161,6 +161,20 @@ def test_multipart_upload(servers, clip):
     assert body["language"] == "en"
 
 
+def test_multipart_known_speakers_openai_style(servers, clip):
+    ref = encode(tone(3.0, freq=300.0))
+    r = servers.main.post("/", files=[("file", ("clip.wav", clip, "audio/wav")),
+                                      ("known_speaker_references[]", ("alice.wav", ref, "audio/wav"))],
+                          data={"known_speaker_names[]": "Alice", "response_format": "diarized_json"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [k["name"] for k in body["known_speakers"]] == ["Alice"] and body["segments"]
+    bad = servers.main.post("/", files=[("file", ("clip.wav", clip, "audio/wav")),
+                                        ("known_speaker_references[]", ("a.wav", encode(tone(1.0)), "audio/wav"))],
+                            data={"known_speaker_names[]": "Alice"})
+    check_error(bad, 400, "known_speaker_references[0] (for 'Alice')", "1.0 s long")
+
+
 def test_huggingface_hub_inference_client(servers, clip_path):
     """InferenceClient refuses every URL, loopback included, while HF_HUB_OFFLINE or
     TRANSFORMERS_OFFLINE is set (read at import), so it runs in a subprocess without them."""
@@ -402,6 +416,19 @@ def test_how_each_body_becomes_the_handler_data(clip):
         assert r.json()["parameters"] == {"language": "en", "num_speakers": 2, "assisted": True,
                                           "batch_size": 4}
         assert r.json()["size"] == len(clip)
+        # OpenAI-style known speakers: key[] fields, clips as data URIs or as uploaded files,
+        # always lists (one name is still a list); names stay text ("true" is a name here)
+        uri = "data:audio/wav;base64," + b64(clip)
+        r = HTTP.post(url, files=[("file", ("a.wav", clip, "audio/wav")),
+                                  ("known_speaker_references[]", ("bob.wav", clip, "audio/wav"))],
+                      data={"known_speaker_names[]": ["Alice", "true"], "known_speaker_references[]": uri})
+        params = r.json()["parameters"]
+        assert params["known_speaker_names"] == ["Alice", "true"]
+        assert sorted(params["known_speaker_references"]) == sorted([uri, b64(clip)])
+        r = HTTP.post(url + "/?known_speaker_names=Alice&known_speaker_references=" + b64(clip)[:8],
+                      data=clip, headers={"Content-Type": "audio/wav"})
+        assert r.json()["parameters"] == {"known_speaker_names": ["Alice"],
+                                          "known_speaker_references": [b64(clip)[:8]]}
         check_error(HTTP.post(url, files={"audio": ("a.wav", clip, "audio/wav")}), 400, "'file'")
         check_error(HTTP.post(url, files={"file": ("a.wav", b"", "audio/wav")}), 400, "empty")
         check_error(HTTP.post(url, data=b"", headers={"Content-Type": "audio/wav"}), 400, "empty")

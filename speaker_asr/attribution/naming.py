@@ -1,0 +1,139 @@
+"""Known speakers: put names on the speakers the diarization found, by their voices.
+
+The caller names some people and gives a short clip of each (``known_speaker_names`` +
+``known_speaker_references``). Each clip and each found speaker become one voice embedding (see
+:mod:`speaker_asr.diarization.embeddings`); here the two sets are matched: cosine similarity,
+one name per speaker and one speaker per name, the assignment with the highest total similarity
+among the pairs at or above a threshold. A speaker whose voice matches no name closely enough
+keeps its label (``SPEAKER_01``); a name whose voice is not in the recording names nobody.
+
+Pure Python (no torch, no numpy): embeddings are sequences of floats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from speaker_asr.types import Turn
+
+Vector = Sequence[float]
+
+
+def cosine(a: Vector, b: Vector) -> Optional[float]:
+    """Cosine similarity of two vectors of the same length; None when either is zero or not
+    finite (no voice to compare)."""
+    if len(a) != len(b):
+        raise ValueError(f"embeddings of different sizes ({len(a)} and {len(b)}) cannot be compared")
+    dot = na = nb = 0.0
+    for x, y in zip(a, b):
+        dot += x * y
+        na += x * x
+        nb += y * y
+    if not (math.isfinite(dot) and math.isfinite(na) and math.isfinite(nb)) or na == 0 or nb == 0:
+        return None
+    return max(-1.0, min(1.0, dot / math.sqrt(na * nb)))
+
+
+@dataclass(frozen=True)
+class Match:
+    """One reference name: the speaker label it was given to (None: nobody) and the similarity
+    behind that (for a name given to nobody, its best similarity to any speaker, so a caller sees
+    how far it was from the threshold; None when no speaker had a voice to compare)."""
+
+    name: str
+    speaker: Optional[str]
+    similarity: Optional[float]
+    closest: Optional[str] = None  # the speaker with that best similarity, for an unmatched name
+
+
+def similarities(speakers: Mapping[str, Optional[Vector]], references: Mapping[str, Vector]
+                 ) -> dict[tuple[str, str], float]:
+    """``(speaker, name) -> cosine`` for every pair where both have a voice."""
+    out = {}
+    for s, v in speakers.items():
+        if v is None:
+            continue
+        for name, r in references.items():
+            c = cosine(v, r)
+            if c is not None:
+                out[(s, name)] = c
+    return out
+
+
+def match_speakers(speakers: Mapping[str, Optional[Vector]], references: Mapping[str, Vector],
+                   threshold: float) -> list[Match]:
+    """The best one-to-one naming, one :class:`Match` per reference in the given order.
+
+    Among all assignments of names to speakers (each at most once, only pairs with similarity
+    >= ``threshold``), the one with the highest total similarity; ties go to the assignment
+    that names more speakers, then to the earlier speaker labels (deterministic). Exact: a
+    dynamic programme over the speakers and the set of names already used (2^names states)."""
+    names = list(references)
+    labels = sorted(speakers)
+    sims = similarities(speakers, references)
+    ok = {pair: c for pair, c in sims.items() if c >= threshold}
+    if len(names) > 16:
+        raise ValueError(f"at most 16 reference names can be matched at once, got {len(names)}")
+    # best[mask] = (total, count, assignment tuple) over the speakers seen so far
+    best: dict[int, tuple[float, int, tuple]] = {0: (0.0, 0, ())}
+    for s in labels:
+        nxt = dict(best)  # speaker s left unnamed
+        for mask, (total, count, assigned) in best.items():
+            for j, name in enumerate(names):
+                if mask & (1 << j) or (s, name) not in ok:
+                    continue
+                cand = (total + ok[(s, name)], count + 1, assigned + ((s, name),))
+                m2 = mask | (1 << j)
+                if m2 not in nxt or cand[:2] > nxt[m2][:2]:
+                    nxt[m2] = cand
+        best = nxt
+    total, count, assigned = max(best.values(), key=lambda v: (round(v[0], 12), v[1]))
+    given = {name: s for s, name in assigned}
+    out = []
+    for name in names:
+        s = given.get(name)
+        if s is not None:
+            out.append(Match(name, s, sims[(s, name)]))
+            continue
+        scored = [(c, sp) for (sp, n), c in sims.items() if n == name]
+        if scored:
+            c, sp = min(scored, key=lambda x: (-x[0], x[1]))  # highest; ties: earlier label
+            out.append(Match(name, None, c, sp))
+        else:
+            out.append(Match(name, None, None))
+    return out
+
+
+def name_turns(turns: Sequence[Turn], matches: Sequence[Match]) -> list[Turn]:
+    """The turns with each matched speaker's label replaced by its name."""
+    rename = {m.speaker: m.name for m in matches if m.speaker is not None}
+    return [Turn(t.start, t.end, rename.get(t.speaker, t.speaker)) for t in turns]
+
+
+def _rounded(v: Optional[Vector], digits: int = 6) -> Optional[list[float]]:
+    return None if v is None else [round(float(x), digits) for x in v]
+
+
+def known_speakers_entries(matches: Sequence[Match],
+                           reference_vectors: Optional[Mapping[str, Vector]] = None) -> list[dict]:
+    """The response's ``known_speakers``: per reference name, in the request's order, the label
+    it got in the transcript (the name itself, or None when no speaker's voice matched) and the
+    similarity behind it; with ``reference_vectors``, each reference's voice embedding too."""
+    out = []
+    for m in matches:
+        entry: dict = {"name": m.name, "speaker": m.name if m.speaker is not None else None,
+                       "similarity": None if m.similarity is None else round(m.similarity, 4)}
+        if reference_vectors is not None:
+            entry["embedding"] = _rounded(reference_vectors.get(m.name))
+        out.append(entry)
+    return out
+
+
+def speaker_embeddings_entries(centroids: Mapping[str, Optional[Vector]],
+                               matches: Sequence[Match] = ()) -> dict[str, Optional[list[float]]]:
+    """The response's ``speaker_embeddings``: each found speaker's voice embedding under the label
+    it has in the transcript (its known name when matched); None for a speaker without one."""
+    rename = {m.speaker: m.name for m in matches if m.speaker is not None}
+    return {rename.get(label, label): _rounded(v) for label, v in sorted(centroids.items())}
