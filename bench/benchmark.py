@@ -43,9 +43,17 @@ VARIANTS = {
     "asr-only-bf16": (None, {"BENCH_ASR_ONLY": "1", "TORCH_DTYPE": "bfloat16"}),
     # the opt-in QUANTIZATION=int8 (int8 decoder weights, bfloat16 model): faster-whisper's like
     "asr-only-int8": (None, {"BENCH_ASR_ONLY": "1", "QUANTIZATION": "int8"}),
+    # QUANTIZATION=int8 in its dynamic form (int8 activations, float32 model), which the handler
+    # picks by itself where bfloat16 is not native; TORCH_DTYPE=float32 forces it anywhere
+    "asr-only-int8-dynamic": (None, {"BENCH_ASR_ONLY": "1", "QUANTIZATION": "int8", "TORCH_DTYPE": "float32"}),
     # word times from transformers' attention output at every step, as before issue 15 (the
     # alignment_heads_only patch skipped, every other one applied)
     "asr-only-stock-word-times": (None, {"BENCH_ASR_ONLY": "1", "BENCH_STOCK_WORD_TIMES": "1"}),
+}
+# --emulate-cpu: keep every library of both sides off the instructions such a CPU lacks
+EMULATED_CPUS = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"},
 }
 WARMUP_S = 5.0  # the warm-up request: the input's first seconds (lazy initialisation, eager switch)
 FW_OPTIONS = {"beam_size": 1, "word_timestamps": True, "vad_filter": False}
@@ -191,6 +199,8 @@ def worker_handler(spec: dict) -> dict:
         "peak_above_loaded_mb": (peak - rss_loaded) if reset_ok and peak and rss_loaded else None,
         "lifetime_peak_rss_mb": lifetime_peak_rss_mb(),
         "speakers": len(response.get("speakers") and {s["speaker"] for s in response["speakers"]} or []),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "quantization": getattr(h.asr, "quantization", None),
     }
 
 
@@ -298,6 +308,8 @@ def table(results: list[dict]) -> str:
         mode = "faster-whisper int8" if r["mode"] == "fw" else r["mode"]
         if r["mode"] == "auto" and r.get("assistant_used") is not None:
             mode += f" ({'assisted' if r['assistant_used'] else 'plain'})"
+        if r.get("quantization"):
+            mode += f" (int8 {r['quantization']['path']})"
         if variants:
             mode += f" | {r['variant']}"
         lines.append(
@@ -328,6 +340,9 @@ def main() -> None:
                          "omp-passive (OMP_WAIT_POLICY=PASSIVE), asr-only / asr-only-1t (no diarization, word "
                          "timestamps on: the ASR alone, as faster-whisper runs)")
     ap.add_argument("--no-warmup", action="store_true", help="measure the first request (cold)")
+    ap.add_argument("--emulate-cpu", choices=sorted(EMULATED_CPUS),
+                    help="run every row (faster-whisper's too) as on a CPU with only these instructions "
+                         "(avx2: no AVX-512, no bfloat16), through each library's own ISA switch")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per configuration")
     ap.add_argument("--no-results-md", action="store_true", help="do not overwrite bench/results.md")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -387,7 +402,8 @@ def main() -> None:
                 for variant in variants:
                     threads, env = VARIANTS[variant]
                     specs.append({"input": label, "model": model, "mode": mode, "variant": variant,
-                                  "threads": threads or args.threads, "env": env,
+                                  "threads": threads or args.threads,
+                                  "env": {**EMULATED_CPUS.get(args.emulate_cpu or "", {}), **env},
                                   "repeats": args.repeats, "warmup": not args.no_warmup})
     results = []
     for spec in specs:
@@ -414,6 +430,11 @@ def main() -> None:
               f"torch {mach.get('torch')} ({args.threads} threads unless the variant says otherwise), transformers "
               f"{mach.get('transformers')}, pyannote.audio {mach.get('pyannote.audio')}, "
               f"faster-whisper {mach.get('faster-whisper')} / ctranslate2 {mach.get('ctranslate2')}.  \n"
+              f"CPU instructions: {', '.join(mach.get('cpu_flags', [])) or 'unknown'}; torch kernels "
+              f"{mach.get('cpu_capability')}, bfloat16 {mach.get('bfloat16')}"
+              + (f"; **emulated {args.emulate_cpu.upper()}-only CPU** ("
+                 + ", ".join(f"{k}={v}" for k, v in EMULATED_CPUS[args.emulate_cpu].items())
+                 + "; every row measured that way)" if args.emulate_cpu else "") + ".  \n"
               f"Load average (1/5/15 min) at start {load_start}, at end {load_end}.  \n"
               f"One warm-up request ({WARMUP_S:.0f} s) before the measured one"
               f"{'' if not args.no_warmup else ' (disabled)'}; {args.repeats} measured request(s), "

@@ -228,6 +228,14 @@ def machine() -> dict:
 
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
+        info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        try:
+            from speaker_asr.asr.quantization import native_bfloat16_math
+
+            native, why = native_bfloat16_math()
+            info["bfloat16"] = ("native" if native else "emulated") + f" ({why})"
+        except ImportError:
+            pass
         import transformers
 
         info["transformers"] = transformers.__version__

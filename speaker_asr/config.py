@@ -64,8 +64,10 @@ class ModelSettings(BaseSettings):
     torch_dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(
         None, description="default: float16 on GPU, float32 on CPU")
     quantization: Optional[Literal["int8"]] = Field(
-        None, description="CPU only, opt-in: 'int8' stores the Whisper decoder's weights (and the "
-                          "assistant's) as int8 and runs the model in bfloat16 (int8_weights.py); "
+        None, description="CPU only, opt-in: 'int8' runs Whisper (and the assistant) with int8 "
+                          "weights, in the form this CPU runs fastest (asr/quantization.py): int8 "
+                          "decoder weights in a bfloat16 model where the CPU has bfloat16 "
+                          "instructions, dynamic int8 linear layers in a float32 model elsewhere; "
                           "faster, and like faster-whisper's int8 it changes the output")
     max_new_tokens: Optional[int] = Field(None, ge=1, le=444,
                                           description="cap on generated tokens per 30 s window")
@@ -110,10 +112,10 @@ class ModelSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _quantization_dtype(self) -> "ModelSettings":
-        if self.quantization == "int8" and self.torch_dtype not in (None, "bfloat16"):
+        if self.quantization == "int8" and self.torch_dtype not in (None, "bfloat16", "float32"):
             raise ValueError(
-                f"QUANTIZATION=int8 computes in bfloat16, but TORCH_DTYPE={self.torch_dtype}: "
-                "unset TORCH_DTYPE (or set it to bfloat16), or unset QUANTIZATION")
+                f"QUANTIZATION=int8 computes in bfloat16 or float32 (chosen from the CPU), but "
+                f"TORCH_DTYPE={self.torch_dtype}: unset TORCH_DTYPE, or unset QUANTIZATION")
         return self
 
     @field_validator("hf_token", mode="before")

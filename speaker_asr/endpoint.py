@@ -65,6 +65,8 @@ class EndpointHandler:
         from speaker_asr.patches.registry import describe
 
         self.patch_report = self.asr.patch_report + list(getattr(self.diarization, "patch_report", []))
+        # QUANTIZATION=int8: which form this CPU got and why (in /health)
+        self.quantization = self.asr.quantization
         logger.info("patches: %s", describe(self.patch_report))
         logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s%s)",
                     time.perf_counter() - started, self.settings.asr_model,

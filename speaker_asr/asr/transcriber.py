@@ -101,19 +101,36 @@ def resolve_device(settings: ModelSettings):
             raise RuntimeError(
                 f"QUANTIZATION={settings.quantization} is a CPU mode, but the device is {device}: "
                 "on a GPU unset QUANTIZATION (float16 is the fast path there), or set DEVICE=cpu")
-        from speaker_asr.asr.quantization import kernel_available
+        from speaker_asr.asr.quantization import choose_int8_path
 
-        if not kernel_available():
-            raise RuntimeError(
-                f"QUANTIZATION={settings.quantization} needs torch._weight_int8pack_mm, which "
-                f"torch {torch.__version__} lacks: install the torch in the Makefile's TORCH_PINS, or "
-                "unset QUANTIZATION")
-        dtype = torch.bfloat16
+        path, _ = choose_int8_path(settings.torch_dtype)
+        # bfloat16 only where the CPU computes it natively; the dynamic int8 form is float32
+        dtype = torch.bfloat16 if path == "bf16" else torch.float32
     elif settings.torch_dtype:
         dtype = getattr(torch, settings.torch_dtype)
     else:
         dtype = torch.float16 if device.type == "cuda" else torch.float32
     return device, dtype
+
+
+def _quantize(model, settings: ModelSettings, dtype) -> dict:
+    """``QUANTIZATION=int8`` in the form this CPU runs fastest (asr/quantization.py): int8 decoder
+    weights in a bfloat16 model where bfloat16 is native, dynamic int8 in a float32 model
+    elsewhere. Returns what was chosen and why (logged, and in ``GET /health``)."""
+    import torch
+
+    from speaker_asr.asr.quantization import (INT8_PATHS, choose_int8_path, dynamic_engine,
+                                              quantize_decoder, quantize_dynamic_int8)
+
+    path, reason = choose_int8_path(settings.torch_dtype)
+    if path == "bf16" and dtype == torch.bfloat16:
+        layers = quantize_decoder(model)
+    else:
+        path = "dynamic"
+        layers = quantize_dynamic_int8(model)
+    kernels = INT8_PATHS[path].format(engine=dynamic_engine())
+    return {"mode": "int8", "path": path, "kernels": kernels, "reason": reason,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "layers": layers}
 
 
 class WhisperTranscriber:
@@ -134,10 +151,11 @@ class WhisperTranscriber:
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
             **dtype_kwarg(dtype)).to(device).eval()
         _clear_forced_decoder_ids(self.model)
+        self.quantization: Optional[dict] = None
         if settings.quantization == "int8":
-            from speaker_asr.asr.quantization import quantize_decoder
-
-            quantize_decoder(self.model)
+            self.quantization = _quantize(self.model, settings, dtype)
+            logger.info("QUANTIZATION=int8: %s (%s)", self.quantization["kernels"],
+                        self.quantization["reason"])
         # every change to transformers' internals, in a fixed order, decided here once
         # (patches/registry.py); GENERATION_SPEEDUPS=false leaves transformers' stock code
         from speaker_asr.patches import registry
@@ -166,9 +184,7 @@ class WhisperTranscriber:
                 transformers.logging.set_verbosity(previous)
             _clear_forced_decoder_ids(self.assistant)
             if settings.quantization == "int8":
-                from speaker_asr.asr.quantization import quantize_decoder
-
-                quantize_decoder(self.assistant)
+                _quantize(self.assistant, settings, dtype)
             if self.assistant.config.vocab_size != self.model.config.vocab_size:
                 raise RuntimeError(
                     f"ASSISTANT_MODEL {settings.assistant_model} has a vocabulary of "

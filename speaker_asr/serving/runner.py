@@ -83,6 +83,9 @@ class ModelRunner:
             report = getattr(self.handler, "patch_report", None)
             if report:  # which library internals this server changed, and why the others not
                 body["patches"] = [r.as_dict() for r in report]
+            quantization = getattr(self.handler, "quantization", None)
+            if quantization:  # QUANTIZATION=int8: the form chosen for this CPU, and why
+                body["quantization"] = quantization
             return 200, body, {}
         if self.state == "loading":
             elapsed = time.monotonic() - self.load_started

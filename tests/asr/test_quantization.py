@@ -1,4 +1,6 @@
-"""QUANTIZATION=int8 (int8_weights.py): the decoder's weights as int8, the model in bfloat16.
+"""QUANTIZATION=int8 (asr/quantization.py), in its two forms: the decoder's weights as int8 in a
+bfloat16 model (where bfloat16 is native), or dynamic int8 linear layers in a float32 model
+(elsewhere; chosen from the CPU at load).
 
 It changes the output (as faster-whisper's int8 does), so these tests check what a user relies on:
 the error of each layer stays within its quantization step, every decoder projection and the
@@ -12,7 +14,9 @@ import pytest
 import torch
 
 from helpers import SAMPLE_RATE, encode, tiny_settings, tone
-from speaker_asr.asr.quantization import Int8Head, Int8Linear, kernel_available, quantize_decoder
+from speaker_asr.asr.quantization import (DynamicInt8Head, Int8Head, Int8Linear, choose_int8_path,
+                                          kernel_available, native_bfloat16_math, quantize_decoder,
+                                          quantize_dynamic_int8)
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="torch lacks _weight_int8pack_mm")
 
@@ -70,7 +74,8 @@ def test_int8_head_picks_what_bfloat16_would_among_near_ties():
 def int8_transcriber(tiny_models):
     from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
 
-    settings = tiny_settings(tiny_models, quantization="int8")
+    # the bfloat16 form on any CPU (TORCH_DTYPE=bfloat16 asks for it; emulated where not native)
+    settings = tiny_settings(tiny_models, quantization="int8", torch_dtype="bfloat16")
     device, dtype = resolve_device(settings)
     assert (device.type, dtype) == ("cpu", torch.bfloat16)
     return WhisperTranscriber(settings, device, dtype)
@@ -110,6 +115,10 @@ def test_int8_endpoint_answers_with_speakers_and_times(tiny_models):
     from speaker_asr.endpoint import EndpointHandler
 
     handler = EndpointHandler(settings=tiny_settings(tiny_models, quantization="int8"))
+    # the form this CPU runs fastest, named with its reason
+    native = native_bfloat16_math()[0]
+    assert handler.asr.quantization["path"] == ("bf16" if native else "dynamic")
+    assert handler.asr.quantization["reason"]
     audio = np.concatenate([tone(3.0, freq=f) for f in (180.0, 320.0)])
     r = handler({"inputs": encode(audio), "parameters": {"language": "en", "num_speakers": 2}})
     assert r["text"].strip() and r["alignment"] == "word" and abs(r["duration"] - 6.0) < 0.01
@@ -140,10 +149,11 @@ def test_quantization_setting_values_and_conflicts(monkeypatch):
         ModelSettings()
     monkeypatch.setenv("QUANTIZATION", "int8")
     monkeypatch.setenv("TORCH_DTYPE", "float16")
-    with pytest.raises(ValidationError, match="QUANTIZATION=int8 computes in bfloat16"):
+    with pytest.raises(ValidationError, match="QUANTIZATION=int8 computes in bfloat16 or float32"):
         ModelSettings()
-    monkeypatch.setenv("TORCH_DTYPE", "bfloat16")
-    assert ModelSettings().quantization == "int8"
+    for dtype in ("bfloat16", "float32"):
+        monkeypatch.setenv("TORCH_DTYPE", dtype)
+        assert ModelSettings().quantization == "int8"
 
 
 def test_quantization_is_refused_on_a_gpu_with_a_message(monkeypatch):
@@ -155,4 +165,99 @@ def test_quantization_is_refused_on_a_gpu_with_a_message(monkeypatch):
     with pytest.raises(RuntimeError, match="QUANTIZATION=int8 is a CPU mode.*DEVICE=cpu"):
         resolve_device(settings)
     cpu = ModelSettings(asr_model="m", quantization="int8", device="cpu")
-    assert resolve_device(cpu)[1] == torch.bfloat16
+    assert resolve_device(cpu)[1] == (torch.bfloat16 if native_bfloat16_math()[0] else torch.float32)
+    for dtype, want in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        forced = ModelSettings(asr_model="m", quantization="int8", device="cpu", torch_dtype=dtype)
+        assert resolve_device(forced)[1] == want
+
+
+# --------------------------------------------------------------------------- the dynamic form
+
+
+def test_the_int8_form_follows_the_cpu_and_its_isa_switches():
+    """bfloat16 compute only where it is native: an AVX2-only CPU (here: torch's and oneDNN's ISA
+    switches, as on such a machine) gets the dynamic form, with the reason."""
+    import os
+    import subprocess
+    import sys
+
+    path, reason = choose_int8_path()
+    assert path == ("bf16" if native_bfloat16_math()[0] else "dynamic") and reason
+    assert choose_int8_path("float32")[0] == "dynamic"
+    assert choose_int8_path("bfloat16")[0] == "bf16"
+    code = ("from speaker_asr.asr.quantization import choose_int8_path; "
+            "import torch; print(torch.backends.cpu.get_cpu_capability()); print(*choose_int8_path(), sep='|')")
+    for env in ({"ATEN_CPU_CAPABILITY": "avx2"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"}):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+        got_path, got_reason = out[-1].split("|", 1)
+        assert got_path == "dynamic", out
+        assert "bfloat16" in got_reason
+
+
+def test_dynamic_head_picks_what_float32_would_among_near_ties():
+    g = torch.Generator().manual_seed(1)
+    vocab, d, first_special = 2000, 64, 1900
+    linear = torch.nn.Linear(d, vocab, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(vocab, d, generator=g) * 0.05)
+        for a, b in ((10, 11), (20, 21), (30, 31)):
+            linear.weight[b] = linear.weight[a] + 1e-3 * torch.randn(d, generator=g)
+        linear.weight[11, 0] = 1.5
+    exact_ids = torch.arange(first_special, vocab)
+    head = DynamicInt8Head(linear, exact_ids, refine=8)
+    x = torch.randn(400, d, generator=g)
+    x[:200] = linear.weight.detach()[[10, 20, 30, 11] * 50] * 30
+    want = linear(x).detach()
+    # activations are quantized per call (one scale for the batch, as a decoding step's rows of
+    # similar size): the near-tie rows and the random rows each as their own batch
+    out = torch.cat([head(x[:200]), head(x[200:])])
+    assert torch.equal(out.argmax(-1), want.argmax(-1))
+    assert torch.allclose(out[:, exact_ids], want[:, exact_ids], atol=1e-5)
+    assert torch.equal(head(x[200:].reshape(10, 20, d)).reshape(200, vocab), out[200:])
+
+
+@pytest.fixture(scope="module")
+def dynamic_transcriber(tiny_models):
+    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+
+    settings = tiny_settings(tiny_models, quantization="int8", torch_dtype="float32")
+    device, dtype = resolve_device(settings)
+    assert dtype == torch.float32
+    return WhisperTranscriber(settings, device, dtype)
+
+
+def test_dynamic_int8_quantizes_the_decoders_and_leaves_the_encoder_float32(dynamic_transcriber):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    assert dynamic_transcriber.quantization["path"] == "dynamic"
+    main, assistant = dynamic_transcriber.model, dynamic_transcriber.assistant
+    for part in (main.model.decoder, assistant.model.decoder):
+        assert not any(type(m) is torch.nn.Linear for m in part.modules())
+        assert sum(isinstance(m, DynamicLinear) for m in part.modules()) > 0
+    assert isinstance(main.proj_out, DynamicInt8Head) and isinstance(assistant.proj_out, DynamicInt8Head)
+    encoder = main.model.encoder
+    assert not any(isinstance(m, DynamicLinear) for m in encoder.modules())
+    assert encoder.layers[0].fc1.weight.dtype == torch.float32
+    assert main.model.decoder.embed_tokens.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("seconds,params", [(6.0, {"assisted": False}), (6.0, {"assisted": True}),
+                                            (40.0, {"assisted": False})])
+def test_dynamic_int8_transcribes_with_word_timestamps(dynamic_transcriber, seconds, params):
+    from speaker_asr.config import InferenceConfig
+
+    rng = np.random.default_rng(5)
+    audio = (tone(seconds, freq=180.0) + 0.05 * rng.standard_normal(int(seconds * SAMPLE_RATE))
+             ).astype(np.float32)
+    cfg = InferenceConfig.from_request({"language": "en", **params},
+                                       dynamic_transcriber.capabilities(has_diarization=False))
+    result = dynamic_transcriber.transcribe(audio, cfg, word_timestamps=True)
+    assert result.assisted == bool(params.get("assisted"))
+    assert result.words
+    assert all(0.0 <= w.start <= w.end for w in result.words)
+
+
+def test_quantize_dynamic_needs_a_whisper_decoder():
+    with pytest.raises(ValueError, match="no Whisper decoder"):
+        quantize_dynamic_int8(torch.nn.Linear(4, 4))

@@ -593,3 +593,18 @@ def test_token_never_leaks_and_each_request_logs_one_json_line(servers, clip):
     assert len({e["request_id"] for e in posts}) == len(posts)
     # the broken server logged why it failed, scrubbed
     assert "failed to load" in servers.broken.log() and "<redacted>" in servers.broken.log()
+
+
+def test_health_names_the_int8_form_chosen_for_this_cpu():
+    class Quantized:
+        quantization = {"mode": "int8", "path": "dynamic", "reason": "torch runs AVX2 kernels here"}
+
+        def __call__(self, data):
+            return echo_handler(data)
+
+    with inprocess_server(Quantized) as (url, _):
+        body = wait_until(lambda: (r := HTTP.get(url + "/health")).status_code == 200 and r.json())
+        assert body["quantization"] == Quantized.quantization
+    with inprocess_server(lambda: echo_handler) as (url, _):
+        body = wait_until(lambda: (r := HTTP.get(url + "/health")).status_code == 200 and r.json())
+        assert "quantization" not in body
