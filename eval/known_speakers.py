@@ -89,7 +89,7 @@ def second_half_truth(f, duration: float) -> dict[str, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", default="tuning", choices=("tuning", "heldout"))
+    ap.add_argument("--part", default="tuning", choices=("original", "tuning", "heldout"))
     ap.add_argument("--count", type=int, default=24, help="generated dialogues per part")
     ap.add_argument("--thresholds", default=None,
                     help="comma list of similarity thresholds (default: the server's default)")
