@@ -85,19 +85,27 @@ class Int8Head(Int8Linear):
         self.register_buffer("weight_exact", linear.weight.detach()[exact_ids].to(torch.bfloat16))
 
     def _project(self, flat: torch.Tensor) -> torch.Tensor:
-        out = super()._project(flat)
-        out[:, self.exact_ids] = -float("inf")  # out of the text tokens' ranking
-        top = out.topk(self.refine, dim=1).indices
-        rows = self.weight_ref.detach()[top].to(torch.bfloat16)  # (n, refine, d)
-        out.scatter_(1, top, torch.bmm(rows, flat.unsqueeze(2)).squeeze(2))
-        out[:, self.exact_ids] = flat @ self.weight_exact.T
-        return out
+        return _refine(super()._project(flat), flat, self)
 
 
-def quantize_decoder(model) -> int:
-    """Replace the linear layers of ``model``'s decoder and its vocabulary projection
-    (``proj_out``) by :class:`Int8Linear`, in place. Works for ``WhisperForConditionalGeneration``
-    and the decoder-only ``WhisperForCausalLM`` (the assistant). Returns how many were replaced."""
+def _refine(out: torch.Tensor, flat: torch.Tensor, head) -> torch.Tensor:
+    """The int8 logits ``out`` of a refined head (:class:`Int8Head`, :class:`DynamicInt8Head`),
+    with its ``exact_ids`` and each row's ``refine`` highest other tokens recomputed from the
+    full-precision weight in ``flat``'s dtype; in place."""
+    out[:, head.exact_ids] = -float("inf")  # out of the text tokens' ranking
+    top = out.topk(head.refine, dim=1).indices
+    rows = head.weight_ref.detach()[top].to(flat.dtype)  # (n, refine, d)
+    out.scatter_(1, top, torch.bmm(rows, flat.unsqueeze(2)).squeeze(2))
+    out[:, head.exact_ids] = flat @ head.weight_exact.T
+    return out
+
+
+def _replace_decoder(model, linear, head, refined_head) -> int:
+    """Replace every ``nn.Linear`` of ``model``'s decoder by ``linear(layer)`` and the vocabulary
+    projection (``proj_out``) by ``refined_head(layer, exact_ids)`` -- ``head(layer)`` when the
+    model's generation config does not name Whisper's special tokens -- in place. Works for
+    ``WhisperForConditionalGeneration`` and the decoder-only ``WhisperForCausalLM`` (the
+    assistant). Returns how many layers were replaced."""
     decoder = getattr(getattr(model, "model", None), "decoder", None)
     if decoder is None:
         raise ValueError(f"{type(model).__name__} has no Whisper decoder (model.model.decoder)")
@@ -105,17 +113,24 @@ def quantize_decoder(model) -> int:
     for module in list(decoder.modules()):
         for name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Int8Linear(child))
+                setattr(module, name, linear(child))
                 replaced += 1
-    head = getattr(model, "proj_out", None)
-    if isinstance(head, torch.nn.Linear):
+    proj = getattr(model, "proj_out", None)
+    if isinstance(proj, torch.nn.Linear):
         # the projection shares its weight with the token embedding, which stays for the lookup
         from speaker_asr.patches.whisper import decision_token_ids
 
         exact_ids = decision_token_ids(model)
-        model.proj_out = Int8Linear(head) if exact_ids is None else Int8Head(head, exact_ids)
+        model.proj_out = head(proj) if exact_ids is None else refined_head(proj, exact_ids)
         replaced += 1
     return replaced
+
+
+def quantize_decoder(model) -> int:
+    """Replace the linear layers of ``model``'s decoder and its vocabulary projection
+    (``proj_out``) by :class:`Int8Linear` (the projection refined: :class:`Int8Head`), in place.
+    Returns how many were replaced."""
+    return _replace_decoder(model, Int8Linear, Int8Linear, Int8Head)
 
 
 # --------------------------------------------------------------------------- which int8 form
@@ -161,12 +176,12 @@ def choose_int8_path(torch_dtype: Optional[str] = None) -> tuple[str, str]:
     """(``"bf16"`` or ``"dynamic"``, the reason), decided once at load from the CPU: bfloat16
     compute only where the CPU has it natively (or ``TORCH_DTYPE=bfloat16`` asks for it); int8
     with dynamically quantized activations everywhere else, which never emulates bfloat16."""
+    engine = dynamic_engine()
     if torch_dtype == "bfloat16" and kernel_available():
         return "bf16", "TORCH_DTYPE=bfloat16 was set"
-    if torch_dtype == "float32" and dynamic_engine() is not None:
+    if torch_dtype == "float32" and engine is not None:
         return "dynamic", "TORCH_DTYPE=float32 was set"
     native, why = native_bfloat16_math()
-    engine = dynamic_engine()
     if native and kernel_available():
         return "bf16", why
     if engine is None:
@@ -215,12 +230,7 @@ class DynamicInt8Head(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, self.in_features).float().contiguous()
-        out = self.rank(flat)
-        out[:, self.exact_ids] = -float("inf")  # out of the text tokens' ranking
-        top = out.topk(self.refine, dim=1).indices
-        rows = self.weight_ref.detach()[top].float()  # (n, refine, d)
-        out.scatter_(1, top, torch.bmm(rows, flat.unsqueeze(2)).squeeze(2))
-        out[:, self.exact_ids] = flat @ self.weight_exact.T
+        out = _refine(self.rank(flat), flat, self)
         return out.reshape(*shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -249,21 +259,8 @@ def quantize_dynamic_int8(model) -> int:
     if engine is None:
         raise RuntimeError(f"torch {torch.__version__} has no quantized engine for dynamic int8")
     torch.backends.quantized.engine = engine
-    decoder = getattr(getattr(model, "model", None), "decoder", None)
-    if decoder is None:
-        raise ValueError(f"{type(model).__name__} has no Whisper decoder (model.model.decoder)")
-    replaced = 0
-    for module in list(decoder.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(module, name, _dynamic_linear(_detached_copy(child)))
-                replaced += 1
-    head = getattr(model, "proj_out", None)
-    if isinstance(head, torch.nn.Linear):
-        from speaker_asr.patches.whisper import decision_token_ids
 
-        exact_ids = decision_token_ids(model)
-        model.proj_out = (_dynamic_linear(_detached_copy(head)) if exact_ids is None
-                          else DynamicInt8Head(head, exact_ids))
-        replaced += 1
-    return replaced
+    def dynamic(layer: torch.nn.Linear) -> torch.nn.Module:
+        return _dynamic_linear(_detached_copy(layer))
+
+    return _replace_decoder(model, dynamic, dynamic, DynamicInt8Head)
