@@ -95,17 +95,20 @@ def test_int8_decoder_and_vocabulary_projection_encoder_untouched(int8_transcrib
     assert encoder.layers[0].fc1.weight.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("form", ["int8_transcriber", "dynamic_transcriber"])
 @pytest.mark.parametrize("seconds,params", [(6.0, {"assisted": False}), (6.0, {"assisted": True}),
                                             (40.0, {"assisted": False})])
-def test_int8_transcribes_with_word_timestamps(int8_transcriber, seconds, params):
+def test_int8_transcribes_with_word_timestamps(request, form, seconds, params):
+    """Both int8 forms: plain, assisted and chunked decoding with word times."""
     from speaker_asr.config import InferenceConfig
 
+    transcriber = request.getfixturevalue(form)
     rng = np.random.default_rng(5)
     audio = (tone(seconds, freq=180.0) + 0.05 * rng.standard_normal(int(seconds * SAMPLE_RATE))
              ).astype(np.float32)
     cfg = InferenceConfig.from_request({"language": "en", **params},
-                                       int8_transcriber.capabilities(has_diarization=False))
-    result = int8_transcriber.transcribe(audio, cfg, word_timestamps=True)
+                                       transcriber.capabilities(has_diarization=False))
+    result = transcriber.transcribe(audio, cfg, word_timestamps=True)
     assert result.assisted == bool(params.get("assisted"))
     assert result.words, "the tiny random model writes tokens until max_new_tokens"
     assert all(0.0 <= w.start <= w.end for w in result.words)
@@ -240,22 +243,6 @@ def test_dynamic_int8_quantizes_the_decoders_and_leaves_the_encoder_float32(dyna
     assert not any(isinstance(m, DynamicLinear) for m in encoder.modules())
     assert encoder.layers[0].fc1.weight.dtype == torch.float32
     assert main.model.decoder.embed_tokens.weight.dtype == torch.float32
-
-
-@pytest.mark.parametrize("seconds,params", [(6.0, {"assisted": False}), (6.0, {"assisted": True}),
-                                            (40.0, {"assisted": False})])
-def test_dynamic_int8_transcribes_with_word_timestamps(dynamic_transcriber, seconds, params):
-    from speaker_asr.config import InferenceConfig
-
-    rng = np.random.default_rng(5)
-    audio = (tone(seconds, freq=180.0) + 0.05 * rng.standard_normal(int(seconds * SAMPLE_RATE))
-             ).astype(np.float32)
-    cfg = InferenceConfig.from_request({"language": "en", **params},
-                                       dynamic_transcriber.capabilities(has_diarization=False))
-    result = dynamic_transcriber.transcribe(audio, cfg, word_timestamps=True)
-    assert result.assisted == bool(params.get("assisted"))
-    assert result.words
-    assert all(0.0 <= w.start <= w.end for w in result.words)
 
 
 def test_quantize_dynamic_needs_a_whisper_decoder():
