@@ -498,15 +498,15 @@ def main(argv=None) -> int:
         "speaker_asr/patches/whisper.py", "speaker_asr/asr/quantization.py",
         "speaker_asr/patches/chunk_windows.py", "speaker_asr/patches/word_alignment.py",
         "speaker_asr/patches/registry.py")))
+    # the int8 form depends on the CPU (and its ISA switches): part of the cache key and the report
+    int8_form = None
+    if args.quantization:
+        from speaker_asr.asr.quantization import choose_int8_path
+
+        int8_form = choose_int8_path(args.dtype)[0]
     for m in models:
         path = model_path(models_dir, m)
         runner = Asr(path, args.long_form, args.dtype, args.quantization)
-        # the int8 form depends on the CPU (and its ISA switches): part of the cache key
-        int8_form = None
-        if args.quantization:
-            from speaker_asr.asr.quantization import choose_int8_path
-
-            int8_form = choose_int8_path(args.dtype)[0]
         for f in files:
             key = _sha("asr", path.resolve(), (path / "model.safetensors").stat().st_size
                        if (path / "model.safetensors").exists() else 0, audio_sha[f.id], whisper_sha,
@@ -660,9 +660,7 @@ def main(argv=None) -> int:
                          + (", CUDA" if torch.cuda.is_available() else ""),
                  "models": models, "modes": modes, "models_dir": str(models_dir),
                  "seed_offset": args.seed_offset, "part": args.part, "long_form": args.long_form, "dtype": args.dtype,
-                 "quantization": args.quantization and (
-                     args.quantization + " (" + __import__("speaker_asr.asr.quantization", fromlist=["x"])
-                     .choose_int8_path(args.dtype)[0] + " form)"),
+                 "quantization": args.quantization and f"{args.quantization} ({int8_form} form)",
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
                  "diarization_seconds": diar_seconds, "data_seconds": data_seconds,

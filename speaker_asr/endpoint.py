@@ -147,29 +147,31 @@ class EndpointHandler:
             return_words=config.return_word_timestamps, extra=extra), config)
 
     def _diarize(self, audio: np.ndarray, config: InferenceConfig, voices: bool):
-        """(Diarization, {label: voice vector}) -- the vectors only when asked for."""
+        """(Diarization, {label: voice vector as a list, or None}) -- the vectors only when
+        asked for; None instead of them when the embedding model failed."""
         result = diarize(self.diarization, audio, num_speakers=config.num_speakers,
                          min_speakers=config.min_speakers, max_speakers=config.max_speakers)
         centroids: Optional[dict] = {}
         if voices:
             clean = result.exclusive_turns if result.exclusive_turns is not None else result.turns
             try:
-                centroids = self.voices.centroids(audio, clean)
+                centroids = {k: None if v is None else v.tolist()
+                             for k, v in self.voices.centroids(audio, clean).items()}
             except Exception:  # a fault in the embedding model: keep the speakers, unnamed
                 logger.exception("speaker embeddings failed")
                 centroids = None
         return result, centroids
 
-    def _references(self, config: InferenceConfig) -> Optional[dict[str, np.ndarray]]:
-        """Known name -> its reference's voice vector (None when no known speakers are asked
-        for); raises RequestError for a clip that cannot serve."""
+    def _references(self, config: InferenceConfig) -> Optional[dict[str, list[float]]]:
+        """Known name -> its reference's voice vector as a list (None when no known speakers
+        are asked for); raises RequestError for a clip that cannot serve."""
         wanted = config.known_speaker_names is not None or config.return_speaker_embeddings
         if wanted and self.voices is None:
             raise RequestError("known speakers and speaker embeddings are not available: the "
                                "diarization pipeline has no speaker embedding model")
         if config.known_speaker_names is None:
             return None
-        return {name: self.voices.reference(i, name, ref) for i, (name, ref) in
+        return {name: self.voices.reference(i, name, ref).tolist() for i, (name, ref) in
                 enumerate(zip(config.known_speaker_names, config.known_speaker_references))}
 
     def _matches(self, config: InferenceConfig, references, centroids) -> list:
@@ -177,8 +179,7 @@ class EndpointHandler:
             return []
         threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
                      else self.settings.speaker_match_threshold)
-        return match_speakers({k: None if v is None else v.tolist() for k, v in centroids.items()},
-                              {k: v.tolist() for k, v in references.items()}, threshold)
+        return match_speakers(centroids, references, threshold)
 
     def _voice_extra(self, config: InferenceConfig, references, centroids, matches=None) -> dict:
         extra: dict[str, Any] = {}
@@ -186,11 +187,9 @@ class EndpointHandler:
             if matches is None:
                 matches = self._matches(config, references, {})
             extra["known_speakers"] = known_speakers_entries(
-                matches, {k: v.tolist() for k, v in references.items()}
-                if config.return_speaker_embeddings else None)
+                matches, references if config.return_speaker_embeddings else None)
         if config.return_speaker_embeddings:
-            extra["speaker_embeddings"] = speaker_embeddings_entries(
-                {k: None if v is None else v.tolist() for k, v in centroids.items()}, matches or [])
+            extra["speaker_embeddings"] = speaker_embeddings_entries(centroids, matches or [])
         return extra
 
     @staticmethod
