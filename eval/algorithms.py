@@ -1,61 +1,81 @@
 """The speaker-attribution algorithms compared, all on the same ASR output and speaker turns.
 
 Each takes the ASR result as plain data -- Whisper's segments ``chunks`` and words ``words`` as
-``(text, start, end)`` (times may be None) -- plus speaker turns (``alignment.Turn``) and the audio
-duration, and returns :class:`metrics.HypToken` s covering *every* token of the ASR output, in ASR
-order, each with the speaker the algorithm gave it, or ``dropped=True`` when the algorithm's
-output leaves it out.
+``(text, start, end)`` (times may be None) -- plus the diarization as :class:`Diar` (its regular
+turns, which may overlap, and its exclusive turns, one speaker at a time) and the audio duration,
+and returns :class:`metrics.HypToken` s covering *every* token of the ASR output, in ASR order,
+each with the speaker the algorithm gave it, or ``dropped=True`` when the algorithm's output
+leaves it out.
 
 * ``hf_original`` -- (a) the algorithm of the original Hugging Face speaker-diarization handler
   (``diarization_utils.post_process_segments_and_transcripts`` in insanely-fast-whisper / the HF
-  endpoint template), reproduced as it was: consecutive turns of one speaker are merged, a merged
-  turn ending where the next speaker's turn starts; for each merged turn the not yet used chunk
-  whose end time is nearest the turn's end is found and that chunk and all before it go to the
-  turn's speaker; once the turns run out, the remaining chunks are dropped.
-* ``chunk_overlap`` -- (b) each Whisper segment takes the speaker it overlaps most
-  (``alignment.assign_speakers``; nearest turn when it overlaps none).
-* ``word_raw`` -- (c') ours, word level on Whisper's raw word times: ``attribute_words(smooth=False,
-  tidy=False)`` (only when alignment.py has ``tidy_word_times``): shows what the tidying does.
-* ``word_plain`` -- (c'') ours, word level on tidied times but plain max overlap: no timing-lag
-  calibration, no continuity on near ties (``calibrate=False, continuity=False``): shows what
-  those two do.
-* ``word`` -- (c) ours, word level without smoothing (``alignment.attribute_words(smooth=False)``,
-  word times tidied by ``tidy_word_times`` first as the endpoint does).
-* ``word_smooth`` -- (d) ours, word level with one-word-blip smoothing (``smooth=True``, what the
-  endpoint does).
+  endpoint template), reproduced as it was, on the regular turns (pyannote 3's output, what it
+  ran on): consecutive turns of one speaker are merged, a merged turn ending where the next
+  speaker's turn starts; for each merged turn the not yet used chunk whose end time is nearest
+  the turn's end is found and that chunk and all before it go to the turn's speaker; once the
+  turns run out, the remaining chunks are dropped.
+* ``anchor`` -- plain word-level max overlap, WhisperX's ``assign_word_speakers(fill_nearest=True)``
+  as it is meant: each word takes the speaker whose regular turns overlap it most (summed), else
+  the nearest turn's. The simplest rule, and the one to beat.
+* ``anchor_exclusive`` -- the same on the exclusive turns.
+* ``before`` -- the endpoint's attribution at another revision (``--before REV``: its
+  ``speaker_asr/attribution/speakers.py`` loaded from git), on the exclusive turns as the endpoint
+  gave them then; ``before_turns`` -- the same on the regular turns, as the evaluation measured it
+  then (in oracle mode the eval handed it the reference turns, which the endpoint never saw).
+* ``ours`` -- the endpoint's attribution now (:func:`speaker_asr.attribution.speakers.attribute_words`
+  with every rule), given both kinds of turns.
+* ``ours-<rule>`` -- the same with one rule off (``--ablate``), to show what each rule does.
 
-:func:`endpoint` runs the endpoint's own ``diarization_utils.build_response`` on the same input;
-the evaluation checks that (d) gives every word the speaker the endpoint gives it.
+:func:`endpoint` runs the endpoint's own response builder on the same input; the evaluation
+checks that ``ours`` gives every word the speaker the endpoint gives it.
 
-For the chunk-level algorithms every word of a chunk (its text split on whitespace) inherits the
+For the chunk-level algorithm every word of a chunk (its text split on whitespace) inherits the
 chunk's speaker.
 """
 
 from __future__ import annotations
 
-import inspect
+import importlib.util
+import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
-                                              resolve_times)
+from speaker_asr.attribution import speakers as attribution
+from speaker_asr.attribution.speakers import SpeakerIndex, resolve_times
 from speaker_asr.types import Turn, Word
 from metrics import HypToken, normalize_word
 
 Span = tuple[str, Optional[float], Optional[float]]
+ROOT = Path(__file__).resolve().parent.parent
 
-HAS_TIDY = "tidy" in inspect.signature(attribute_words).parameters
-HAS_CALIBRATE = "calibrate" in inspect.signature(attribute_words).parameters
+
+@dataclass
+class Diar:
+    """What a diarization gives the attribution: its turns (overlapping where people talk at
+    once) and its exclusive turns (one speaker at a time)."""
+
+    turns: list[Turn]
+    exclusive: list[Turn]
+    heard: bool = True  # the exclusive turns are the diarization's own (pyannote 4), not derived
+
+    @property
+    def own_exclusive(self) -> Optional[list[Turn]]:
+        """What the endpoint hands the attribution as exclusive turns: the diarization's own."""
+        return self.exclusive if self.heard else None
+
 
 ALGORITHMS = {
     "hf_original": "(a) original HF handler",
-    "chunk_overlap": "(b) chunk max-overlap",
-    **({"word_raw": "(c') ours: word-level, raw word times"} if HAS_TIDY else {}),
-    **({"word_plain": "(c'') ours: word-level, plain max overlap"} if HAS_CALIBRATE else {}),
-    "word": "(c) ours: word-level",
-    "word_smooth": "(d) ours: word-level + smoothing",
+    "anchor": "word max-overlap (WhisperX), turns",
+    "anchor_exclusive": "word max-overlap, exclusive turns",
+    "before": "ours before, exclusive turns (as the endpoint ran it)",
+    "before_turns": "ours before, turns (as the eval measured it)",
+    "ours": "**ours**",
 }
 
 
@@ -71,9 +91,18 @@ def _chunk_tokens(chunks: Sequence[Span], speakers: Sequence[Optional[str]],
     return out
 
 
-def hf_original(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: float
-                ) -> list[HypToken]:
-    segments = sorted(turns, key=lambda t: (t.start, t.end))
+def _word_tokens(pieces: Sequence[Word]) -> list[HypToken]:
+    return [HypToken(tok, p.speaker, p.start, p.end, False, i)
+            for i, p in enumerate(pieces) for tok in normalize_word(p.text)]
+
+
+def _pieces(words: Sequence[Span], duration: float) -> list[Word]:
+    spans = resolve_times([(s, e) for _, s, e in words], duration)
+    return [Word(t, s, e) for (t, _, _), (s, e) in zip(words, spans)]
+
+
+def hf_original(chunks: Sequence[Span], words, diar: Diar, duration: float) -> list[HypToken]:
+    segments = sorted(diar.turns, key=lambda t: (t.start, t.end))
     speakers: list[Optional[str]] = [None] * len(chunks)
     dropped = [True] * len(chunks)
     if segments:
@@ -100,37 +129,70 @@ def hf_original(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: 
     return _chunk_tokens(chunks, speakers, dropped, spans)
 
 
-def chunk_overlap(chunks: Sequence[Span], words, turns: Sequence[Turn], duration: float
-                  ) -> list[HypToken]:
-    spans = resolve_times([(s, e) for _, s, e in chunks], duration)
-    pieces = assign_speakers([Word(t, s, e) for (t, _, _), (s, e) in zip(chunks, spans)],
-                             SpeakerIndex(turns))
-    return _chunk_tokens(chunks, [p.speaker for p in pieces], [False] * len(pieces), spans)
+def max_overlap(pieces: Sequence[Word], turns: Sequence[Turn]) -> list[Word]:
+    """WhisperX's ``assign_word_speakers`` with ``fill_nearest``, as meant: the speaker whose turns
+    overlap the word most in total, else the nearest turn's (no speaker without turns)."""
+    index = SpeakerIndex(turns)
+    out = []
+    for p in pieces:
+        speaker = None
+        if len(index):
+            start, end = (p.start, p.end) if p.end > p.start else (p.start - 1e-6, p.start + 1e-6)
+            overlaps = index.overlaps(start, end)
+            if overlaps:
+                speaker = max(sorted(overlaps), key=lambda s: overlaps[s])
+            else:
+                speaker = index.nearest(start, end).speaker
+        out.append(Word(p.text, p.start, p.end, speaker))
+    return out
 
 
-def _word_level(smooth: bool, tidy: bool = True, plain: bool = False) -> Callable:
-    def run(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
-            ) -> list[HypToken]:
-        spans = resolve_times([(s, e) for _, s, e in words], duration)
-        extra = {} if tidy else {"tidy": False}  # attribute_words tidies word times by default
-        if plain:
-            extra.update(calibrate=False, continuity=False)
-        pieces = attribute_words([Word(t, s, e) for (t, _, _), (s, e) in zip(words, spans)],
-                                 SpeakerIndex(turns), smooth=smooth, **extra)
-        return [HypToken(tok, p.speaker, p.start, p.end, False, i)
-                for i, p in enumerate(pieces) for tok in normalize_word(p.text)]
+def anchor(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
+    return _word_tokens(max_overlap(_pieces(words, duration), diar.turns))
+
+
+def anchor_exclusive(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
+    return _word_tokens(max_overlap(_pieces(words, duration), diar.exclusive))
+
+
+def ours(rules: Optional[frozenset] = None) -> Callable:
+    def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
+        extra = {} if rules is None else {"rules": rules}
+        return _word_tokens(attribution.attribute_words(_pieces(words, duration), diar.turns,
+                                                        diar.own_exclusive, **extra))
 
     return run
 
 
-def endpoint(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn], duration: float
+def load_before(rev: str, regular: bool = False) -> Callable:
+    """The runner of the endpoint's attribution at git revision ``rev`` (its attribution module
+    loaded from git into a module of its own): tidied word times, then ``attribute_words`` on the
+    exclusive turns, as the endpoint did then (on the regular turns with ``regular``)."""
+    source = subprocess.run(["git", "show", f"{rev}:speaker_asr/attribution/speakers.py"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="attribution-before-")) / "speakers_before.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("speakers_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
+        pieces = module.tidy_word_times(_pieces(words, duration))
+        turns = diar.turns if regular else diar.exclusive
+        return _word_tokens(module.attribute_words(pieces, module.SpeakerIndex(turns), tidy=False))
+
+    return run
+
+
+def endpoint(chunks: Sequence[Span], words: Sequence[Span], diar: Diar, duration: float
              ) -> list[HypToken]:
     """The endpoint's own response builder on the same input (word mode), flattened to tokens."""
     from speaker_asr.attribution.response import build_response
     from speaker_asr.types import Segment, Word
 
-    response = build_response("", [Segment(*c) for c in chunks], list(turns), duration, "en",
-                              words=[Word(*w) for w in words], return_words=True)
+    response = build_response("", [Segment(*c) for c in chunks], list(diar.turns), duration, "en",
+                              words=[Word(*w) for w in words], return_words=True,
+                              exclusive=diar.own_exclusive)
     out: list[HypToken] = []
     i = 0
     for chunk in response["chunks"]:
@@ -141,11 +203,21 @@ def endpoint(chunks: Sequence[Span], words: Sequence[Span], turns: Sequence[Turn
     return out
 
 
-RUNNERS = {
-    "hf_original": hf_original,
-    "chunk_overlap": chunk_overlap,
-    **({"word_raw": _word_level(False, tidy=False)} if HAS_TIDY else {}),
-    **({"word_plain": _word_level(False, plain=True)} if HAS_CALIBRATE else {}),
-    "word": _word_level(False),
-    "word_smooth": _word_level(True),
-}
+def runners(before: Optional[str] = None, ablate: bool = False) -> dict[str, Callable]:
+    """Algorithm id -> runner, in table order."""
+    out: dict[str, Callable] = {"hf_original": hf_original, "anchor": anchor,
+                                "anchor_exclusive": anchor_exclusive}
+    if before:
+        out["before"] = load_before(before)
+        out["before_turns"] = load_before(before, regular=True)
+    out["ours"] = ours()
+    if ablate:
+        for rule in attribution.RULES:
+            out[f"ours-{rule}"] = ours(frozenset(attribution.RULES) - {rule})
+    return out
+
+
+def label(alg: str) -> str:
+    if alg.startswith("ours-"):
+        return f"ours without {alg[5:]}"
+    return ALGORITHMS[alg]

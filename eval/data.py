@@ -515,3 +515,46 @@ def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callabl
     for d in dialogues:
         log(f"  {d.id}: {d.duration:.1f} s, {d.num_speakers} speakers, {len(d.utterances)} utterances")
     return files + dialogues
+
+
+# --------------------------------------------------------------------------- real meetings
+
+# the real AMI clips (../shared/real-meetings, read its README), beside the repository
+MEETINGS_DIR = Path(__file__).resolve().parents[2] / "shared" / "real-meetings"
+
+
+def load_meeting(folder: Path) -> EvalFile:
+    """One real meeting clip: AMI's own words (speaker, start, end, word) as the reference, its
+    RTTM turns (``only_words``: a speaker's adjacent words merged) as the oracle turns. The
+    reference words in start order, grouped into utterances of consecutive words of one speaker
+    (so a word's position in its utterance means what it means for the generated dialogues)."""
+    words = sorted(json.loads((folder / "ref.words.json").read_text()),
+                   key=lambda w: (w["start"], w["end"]))
+    utts: list[Utterance] = []
+    for w in words:
+        last = utts[-1] if utts else None
+        if last is not None and last.speaker == w["speaker"]:
+            utts[-1] = Utterance(last.speaker, last.start, max(last.end, w["end"]),
+                                 f"{last.text} {w['word']}", last.source)
+        else:
+            utts.append(Utterance(w["speaker"], w["start"], w["end"], w["word"], "ref.words.json"))
+    turns = []
+    for line in (folder / "ref.rttm").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[0] == "SPEAKER":
+            turns.append((float(f[3]), round(float(f[3]) + float(f[4]), 3), f[7]))
+    info = json.loads((folder / "info.json").read_text())
+    audio = read_wav(folder / "audio.wav")
+    meeting = info.get("ami", {}).get("meeting", folder.name)
+    speakers = sorted({t[2] for t in turns} | {u.speaker for u in utts})
+    return EvalFile(meeting, str(folder / "audio.wav"), len(audio) / SAMPLE_RATE, len(speakers),
+                    utts, sorted(turns), f"AMI {meeting} (Mix-Headset), first 30 s, "
+                    f"{len(speakers)} speakers, {len(words)} reference words")
+
+
+def load_meetings(folder: Path = MEETINGS_DIR) -> list[EvalFile]:
+    """Every clip folder (with ref.words.json) under ``folder``, by name."""
+    clips = sorted(p for p in Path(folder).iterdir() if (p / "ref.words.json").is_file())
+    if not clips:
+        raise FileNotFoundError(f"no real meeting clips (folders with ref.words.json) in {folder}")
+    return [load_meeting(p) for p in clips]

@@ -1,13 +1,14 @@
 #!/usr/bin/env python
-"""Speaker-attribution evaluation: WER, cpWER, WDER and dropped words of four alignment algorithms
-on the same Whisper output, with oracle and with pyannote diarization. Run on demand, not in CI:
+"""Speaker-attribution evaluation: WER, cpWER, WDER and dropped words of the attribution algorithms
+(eval/algorithms.py) on the same Whisper output and the same speaker turns, with reference turns
+("oracle") and with the kit's pyannote pipeline, plus DER/JER of the pipeline. Run on demand:
 
-    .venv/bin/python eval/evaluate.py --models tiny.en,base --mode oracle,pipeline
+    .venv/bin/python eval/evaluate.py --part meetings --models tiny.en,base --mode oracle,oracle4,pipeline
 
-Prints markdown tables (algorithm x file, plus pooled rows) and writes eval/results/latest.md and
-eval/results/latest.json. ASR and diarization outputs are cached under eval/.cache (keyed by the
-audio, the model and the source of the ASR / diarization modules), so re-scoring after a
-change to alignment.py takes seconds. See eval/README.md.
+Prints markdown tables (algorithm x file, pooled rows, what each rule changes with --ablate) and
+writes latest.md and latest.json into --out. ASR and diarization outputs are cached under
+eval/.cache (keyed by the audio, the model and the source of the ASR / diarization modules), so
+re-scoring after a change to speaker_asr/attribution/ takes seconds. See eval/README.md.
 """
 
 from __future__ import annotations
@@ -29,20 +30,22 @@ ROOT = HERE.parent
 
 import numpy as np  # noqa: E402
 
-from algorithms import ALGORITHMS, RUNNERS, endpoint  # noqa: E402
-from speaker_asr.types import Turn
-from data import EvalFile, build_dataset, read_wav  # noqa: E402
+from algorithms import Diar, endpoint, label, runners  # noqa: E402
+from data import MEETINGS_DIR, EvalFile, build_dataset, load_meetings, read_wav  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
                      wder_counts, wer_counts)
+from speaker_asr.attribution.speakers import exclusive_turns  # noqa: E402
+from speaker_asr.types import Turn  # noqa: E402
 
 MODEL_DIRS = {"tiny.en": "whisper-tiny.en", "base": "whisper-base"}
-MODES = ("oracle", "pipeline")
-OURS = ("word", "word_smooth")
-WORD_LEVEL = ("word_raw", "word_plain", "word", "word_smooth")
-BASELINES = ("hf_original", "chunk_overlap")
-TARGET_WDER = 0.015
-TARGET_CP_GAP = 0.01
-
+# oracle: the reference turns, exclusive turns derived from them as for pyannote 3.x; oracle4: the
+# reference turns with pyannote 4's kind of exclusive turns (who the pipeline hears where the
+# reference has two speakers at once); pipeline: the kit's pipeline
+MODES = ("oracle", "oracle4", "pipeline")
+MODE_TEXT = {"oracle": "reference turns (exclusive derived, as for pyannote 3.x)",
+             "oracle4": "reference turns (exclusive as pyannote 4 hears it)",
+             "pipeline": "the kit's diarization"}
+PARTS = ("original", "tuning", "heldout", "meetings")
 
 def _git_state() -> str:
     import subprocess
@@ -148,7 +151,7 @@ class Diarizer:
         self._pipe = None
         self.seconds = 0.0
 
-    def diarize(self, audio: np.ndarray, num_speakers: int) -> dict:
+    def diarize(self, audio: np.ndarray, num_speakers: Optional[int]) -> dict:
         if self._pipe is None:
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
@@ -168,10 +171,12 @@ class Diarizer:
                 "exclusive_turns": None if d.exclusive_turns is None else conv(d.exclusive_turns)}
 
 
-def der(reference: list, hypothesis: list, metric: str = "der") -> Optional[float]:
-    """pyannote.metrics DER (``metric="der"``) or JER (``"jer"``), collar 0, overlap scored."""
+def der(reference: list, hypothesis: list, metric: str = "der",
+        duration: Optional[float] = None) -> Optional[float]:
+    """pyannote.metrics DER (``metric="der"``) or JER (``"jer"``), collar 0, overlap scored, over
+    ``[0, duration]`` when given (else the extent of both)."""
     try:
-        from pyannote.core import Annotation, Segment
+        from pyannote.core import Annotation, Segment, Timeline
         from pyannote.metrics.diarization import DiarizationErrorRate, JaccardErrorRate
     except ImportError:
         return None
@@ -184,7 +189,55 @@ def der(reference: list, hypothesis: list, metric: str = "der") -> Optional[floa
 
     scorer = DiarizationErrorRate(collar=0.0, skip_overlap=False) if metric == "der" \
         else JaccardErrorRate(collar=0.0, skip_overlap=False)
-    return float(scorer(ann(reference), ann(hypothesis)))
+    uem = Timeline([Segment(0.0, duration)]) if duration else None
+    return float(scorer(ann(reference), ann(hypothesis), uem=uem))
+
+
+def best_speaker_map(reference: list, hypothesis: list) -> dict[str, str]:
+    """Hypothesis label -> reference label, one-to-one, maximising the overlapping time."""
+    from scipy.optimize import linear_sum_assignment
+
+    refs = sorted({t[2] for t in reference})
+    hyps = sorted({t[2] for t in hypothesis})
+    if not refs or not hyps:
+        return {}
+    m = np.zeros((len(hyps), len(refs)))
+    for hs, he, h in hypothesis:
+        for rs, re_, r in reference:
+            m[hyps.index(h), refs.index(r)] += max(0.0, min(he, re_) - max(hs, rs))
+    rows, cols = linear_sum_assignment(-m)
+    return {hyps[i]: refs[j] for i, j in zip(rows, cols) if m[i, j] > 0}
+
+
+def exclusive_as_heard(reference: list, heard: list, heard_turns: list) -> list[Turn]:
+    """The reference turns made exclusive the way pyannote 4 makes its own: where the reference has
+    several speakers at once, the one the pipeline's exclusive diarization ``heard`` there (its
+    labels mapped to the reference's by overlap with its turns), when that is one of them; else
+    :func:`exclusive_turns`' choice. Everywhere else the reference's one speaker."""
+    ref = [Turn(*t) for t in reference]
+    derived = exclusive_turns(ref)
+    mapping = best_speaker_map(reference, heard_turns)
+    heard_ref = [(s, e, mapping[h]) for s, e, h in heard if h in mapping]
+    bounds = sorted({x for t in reference for x in t[:2]} | {x for t in heard_ref for x in t[:2]}
+                    | {x for t in derived for x in (t.start, t.end)})
+    out: list[Turn] = []
+    for a, b in zip(bounds, bounds[1:]):
+        mid = (a + b) / 2
+        active = {t.speaker for t in ref if t.start <= mid < t.end}
+        if not active:
+            continue
+        speaker = next(iter(active)) if len(active) == 1 else None
+        if speaker is None:
+            speaker = next((h for s, e, h in heard_ref if s <= mid < e and h in active), None)
+        if speaker is None:
+            speaker = next((t.speaker for t in derived if t.start <= mid < t.end), None)
+        if speaker is None:
+            continue
+        if out and out[-1].speaker == speaker and abs(out[-1].end - a) < 1e-9:
+            out[-1] = Turn(out[-1].start, b, speaker)
+        else:
+            out.append(Turn(a, b, speaker))
+    return out
 
 
 # --------------------------------------------------------------------------- scoring
@@ -201,7 +254,7 @@ def reference_tokens(f: EvalFile) -> list[RefToken]:
     return out
 
 
-def score(ref: list[RefToken], hyp: list[HypToken]) -> dict:
+def score(ref: list[RefToken], hyp: list[HypToken]) -> tuple[dict, object]:
     out_toks = [t.text for t in hyp if not t.dropped]
     w = wer_counts([t.text for t in ref], out_toks)
     cp = cpwer_counts(ref, hyp)
@@ -221,7 +274,8 @@ def pool(rows: list[dict]) -> dict:
     return {"ref_words": s("ref_words"), "hyp_words": s("hyp_words"),
             "wer": ratio(s("wer_errors"), s("ref_words")), "cpwer": ratio(s("cp_errors"), s("cp_length")),
             "wder": ratio(s("spk_errors"), s("spk_scored")), "dropped_rate": ratio(s("dropped"), s("hyp_words")),
-            "spk_errors": s("spk_errors"), "spk_scored": s("spk_scored"), "dropped": s("dropped")}
+            "spk_errors": s("spk_errors"), "spk_scored": s("spk_scored"), "dropped": s("dropped"),
+            "files": len(rows)}
 
 
 def _covered(start: float, end: float, turns: list[tuple[float, float, str]], speaker: str) -> float:
@@ -233,9 +287,9 @@ def _covered(start: float, end: float, turns: list[tuple[float, float, str]], sp
 
 
 def diagnose_errors(f: EvalFile, ref: list[RefToken], hyp: list[HypToken], sp, alg: str,
-                    other_wrong: Optional[set] = None) -> list[dict]:
+                    anchor_wrong: Optional[set] = None) -> list[dict]:
     """One record per word-level speaker error, with what may explain it."""
-    ref_turns = [(u.start, u.end, u.speaker) for u in f.utterances]
+    ref_turns = list(f.turns)
     inverse = {v: k for k, v in sp.mapping.items()}
     out = []
     for i, j in sp.wrong:
@@ -251,46 +305,27 @@ def diagnose_errors(f: EvalFile, ref: list[RefToken], hyp: list[HypToken], sp, a
             cause = "word time outside its turn"
         else:
             cause = "other"
-        if other_wrong is not None and (i, j) not in other_wrong:
-            cause = "smoothing (right without)"
         out.append({"file": f.id, "algorithm": alg, "word": h.text, "ref_word": r.text,
                     "word_time": [round(start, 2), round(end, 2)],
                     "ref_speaker": r.speaker, "hyp_speaker": h.speaker,
                     "hyp_speaker_mapped": sp.mapping.get(h.speaker), "position": r.pos,
                     "utterance": [u.start, u.end], "utterance_text": u.text,
                     "own_turn_coverage": round(own, 2), "cause": cause,
+                    "anchor_right": anchor_wrong is not None and i not in anchor_wrong,
                     "correct_speaker_label": inverse.get(r.speaker)})
     return out
 
 
-def boundary_timing(files: list[EvalFile], per_file: dict) -> dict:
-    """Whisper word times at utterance edges vs the exact edges (generated dialogues only):
-    start offset of each utterance's first word, end offset of its last word (seconds; negative =
-    earlier than the true edge)."""
-    starts, ends = [], []
-    for f in files:
-        if f.id == "sample" or f.id not in per_file:
-            continue
-        ref, hyp, sp = per_file[f.id]
-        for i, j, eq in sp.pairs:
-            if not eq or hyp[j].start is None:
-                continue
-            u = f.utterances[ref[i].utt]
-            if ref[i].pos in ("first", "only"):
-                starts.append(hyp[j].start - u.start)
-            if ref[i].pos in ("last", "only"):
-                ends.append(hyp[j].end - u.end)
-
-    def stats(x):
-        if not x:
-            return {}
-        a = np.array(x)
-        return {"n": len(a), "median": round(float(np.median(a)), 3),
-                "p10": round(float(np.percentile(a, 10)), 3),
-                "p90": round(float(np.percentile(a, 90)), 3),
-                "early_gt_0.2s": int((a < -0.2).sum()), "late_gt_0.2s": int((a > 0.2).sum())}
-
-    return {"first_word_start": stats(starts), "last_word_end": stats(ends)}
+def changes(ref: list[RefToken], a: tuple, b: tuple) -> dict:
+    """What algorithm b does to algorithm a's output: words whose speaker differs, and of those
+    the reference words b fixes and breaks (after each one's own best speaker mapping)."""
+    (ha, sa), (hb, sb) = a, b
+    wrong_a, wrong_b = {i for i, _ in sa.wrong}, {i for i, _ in sb.wrong}
+    ref_of = {j: i for i, j, _ in sb.pairs}
+    changed = sum(1 for x, y in zip(ha, hb) if x.speaker != y.speaker)
+    fixed = len({i for i in wrong_a - wrong_b if i in ref_of.values()})
+    broke = len({i for i in wrong_b - wrong_a if i in ref_of.values()})
+    return {"changed": changed, "fixed": fixed, "broke": broke}
 
 
 # --------------------------------------------------------------------------- report
@@ -307,110 +342,94 @@ def pct2(x: Optional[float]) -> str:
 def render(result: dict) -> str:
     meta = result["meta"]
     lines = ["# Speaker-attribution evaluation", "",
-             f"Run {meta['date']} on {meta['host']}, code at {meta['git']}: models {', '.join(meta['models'])}; modes "
-             f"{', '.join(meta['modes'])}; {len(result['files'])} files, "
-             f"{meta['audio_seconds']:.0f} s of audio; wall time {meta['wall_seconds']:.0f} s "
-             f"(ASR {meta['asr_seconds']:.0f} s, diarization {meta['diarization_seconds']:.0f} s, "
-             f"data {meta['data_seconds']:.0f} s; {meta['cached']} ASR/diarization results came from "
-             f"the cache -- computing all of them took ASR {meta['asr_compute_seconds']:.0f} s + "
-             f"diarization {meta['diarization_compute_seconds']:.0f} s). "
-             f"torch {meta['torch']}, transformers {meta['transformers']}, "
-             f"pyannote.audio {meta['pyannote']}."
-             + (f" Held-out dialogues: seeds + {meta['seed_offset']}." if meta.get("seed_offset") else "")
+             f"Run {meta['date']} on {meta['host']}, code at {meta['git']}: part {meta['part']}; "
+             f"models {', '.join(meta['models'])}; modes {', '.join(meta['modes'])}; "
+             f"{len(result['files'])} files, {meta['audio_seconds']:.0f} s of audio, "
+             f"{sum(f['ref_words'] for f in result['files'])} reference words; speaker count "
+             f"{meta['num_speakers']} to the pipeline; wall time {meta['wall_seconds']:.0f} s "
+             f"({meta['cached']} ASR/diarization results came from the cache -- computing all of "
+             f"them took ASR {meta['asr_compute_seconds']:.0f} s + diarization "
+             f"{meta['diarization_compute_seconds']:.0f} s). torch {meta['torch']}, transformers "
+             f"{meta['transformers']}, pyannote.audio {meta['pyannote']}."
              + (f" ASR long_form: {meta['long_form']}." if meta.get("long_form", "chunked") != "chunked" else "")
              + (f" ASR dtype: {meta['dtype']}." if meta.get("dtype") else "")
-             + (f" ASR quantization: {meta['quantization']}." if meta.get("quantization") else ""),
+             + (f" ASR quantization: {meta['quantization']}." if meta.get("quantization") else "")
+             + (f" `before`: the attribution at {meta['before']}." if meta.get("before") else ""),
              "",
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
-             "correct/substituted whose speaker is wrong after the best speaker mapping; dropped = "
-             "ASR words missing from the output or left without a speaker.", ""]
-    if result["targets"]:
-        lines += ["## Targets (oracle diarization, pooled over all files)", "",
-                  "| model | algorithm | WDER <= 1.5 | no dropped words | cpWER - WER <= 1 pt | "
-                  "WDER < (a) and (b) | WDER without the sample |", "|---|---|---|---|---|---|---:|"]
-        for t in result["targets"]:
-            mark = lambda ok: "**pass**" if ok else "**MISS**"  # noqa: E731
-            lines.append(
-                f"| {t['model']} | {ALGORITHMS[t['algorithm']]} | {pct2(t['wder'])} {mark(t['wder_ok'])} "
-                f"| {pct2(t['dropped_rate'])} {mark(t['dropped_ok'])} "
-                f"| {t['cp_gap'] * 100:+.2f} {mark(t['cp_ok'])} "
-                f"| (a) {pct2(t['wder_a'])}, (b) {pct2(t['wder_b'])} {mark(t['better_ok'])} "
-                f"| {pct2(t['wder_dialogues'])} |")
-        lines.append("")
+             "correct/substituted whose speaker is wrong after the best speaker mapping (errors / "
+             "words scored in the last column); dropped = ASR words left without a speaker. "
+             "Every algorithm gets the same words and the same turns.", ""]
     lines += ["## Pooled over files", "",
-              "| model | mode | algorithm | WER | cpWER | WDER | dropped | speaker errors |",
-              "|---|---|---|---:|---:|---:|---:|---:|"]
+              "| model | turns | algorithm | WER | cpWER | WDER | dropped | speaker errors | vs anchor |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for p in result["pooled"]:
-        lines.append(f"| {p['model']} | {p['mode']} | {ALGORITHMS[p['algorithm']]} | {pct(p['wer'])} "
+        anchor = next((q for q in result["pooled"] if q["model"] == p["model"]
+                       and q["mode"] == p["mode"] and q["algorithm"] == "anchor"), None)
+        vs = (f"{p['wder'] / anchor['wder']:.2f}x" if anchor and anchor["wder"] and p["wder"] is not None
+              else "")
+        lines.append(f"| {p['model']} | {p['mode']} | {label(p['algorithm'])} | {pct(p['wer'])} "
                      f"| {pct(p['cpwer'])} | {pct2(p['wder'])} | {pct2(p['dropped_rate'])} "
-                     f"| {p['spk_errors']}/{p['spk_scored']} |")
+                     f"| {p['spk_errors']}/{p['spk_scored']} | {vs} |")
     lines.append("")
+    if result.get("rules"):
+        lines += ["## What each rule changes (ours with every rule vs ours without that one)", "",
+                  "| model | turns | rule | words changed | fixed | broken | WDER without it | with it |",
+                  "|---|---|---|---:|---:|---:|---:|---:|"]
+        for r in result["rules"]:
+            lines.append(f"| {r['model']} | {r['mode']} | {r['rule']} | {r['changed']} | {r['fixed']} "
+                         f"| {r['broke']} | {pct2(r['wder_without'])} | {pct2(r['wder_with'])} |")
+        lines.append("")
     for model in meta["models"]:
         for mode in meta["modes"]:
             rows = [r for r in result["rows"] if r["model"] == model and r["mode"] == mode]
             if not rows:
                 continue
-            lines += [f"## {model}, {mode} diarization: per file", "",
+            lines += [f"## {model}, {MODE_TEXT[mode]}: per file", "",
                       "| file | algorithm | WER | cpWER | WDER | dropped | speaker errors |",
                       "|---|---|---:|---:|---:|---:|---:|"]
             for r in rows:
-                lines.append(f"| {r['file']} | {ALGORITHMS[r['algorithm']]} | {pct(r['wer'])} "
+                lines.append(f"| {r['file']} | {label(r['algorithm'])} | {pct(r['wer'])} "
                              f"| {pct(r['cpwer'])} | {pct2(r['wder'])} | {pct2(r['dropped_rate'])} "
                              f"| {r['spk_errors']}/{r['spk_scored']} |")
-            for p in result["pooled"]:
-                if p["model"] == model and p["mode"] == mode:
-                    lines.append(f"| **pooled** | {ALGORITHMS[p['algorithm']]} | {pct(p['wer'])} "
-                                 f"| {pct(p['cpwer'])} | {pct2(p['wder'])} | {pct2(p['dropped_rate'])} "
-                                 f"| {p['spk_errors']}/{p['spk_scored']} |")
             lines.append("")
     if result["der"]:
-        lines += ["## Diarization (pipeline mode): pyannote-campp-3.1 with num_speakers given", "",
-                  "| file | DER (collar 0) | JER (collar 0) | speakers found |", "|---|---:|---:|---:|"]
+        lines += [f"## Diarization: the kit's pipeline (speaker count {meta['num_speakers']})", "",
+                  "| file | DER (collar 0) | JER (collar 0) | speakers found | reference speakers |",
+                  "|---|---:|---:|---:|---:|"]
         for d in result["der"]:
-            lines.append(f"| {d['file']} | {pct(d['der'])} | {pct(d.get('jer'))} | {d['speakers']} |")
+            lines.append(f"| {d['file']} | {pct(d['der'])} | {pct(d.get('jer'))} | {d['speakers']} "
+                         f"| {d['ref_speakers']} |")
+        total = sum(d["speech"] for d in result["der"])
+        if total:
+            lines.append(f"| **speech-weighted** | {pct(sum(d['der'] * d['speech'] for d in result['der']) / total)} "
+                         f"| {pct(sum(d['jer'] * d['speech'] for d in result['der']) / total)} "
+                         f"| {sum(d['speakers'] for d in result['der'])} "
+                         f"| {sum(d['ref_speakers'] for d in result['der'])} |")
         lines.append("")
-    diag = result["diagnostics"]
-    if diag:
-        lines += ["## Where the word-level alignment errs", ""]
-        for model, d in diag.items():
-            lines.append(f"**{model}** -- Whisper word times at utterance edges (generated "
-                         "dialogues, exact edges; seconds, negative = early):")
-            lines.append("")
-            for kind, bt in d["boundary_timing"].items():
-                fs, le = bt.get("first_word_start", {}), bt.get("last_word_end", {})
-                if fs and le:
-                    lines.append(
-                        f"- {kind} word times: first word start - utterance start: median "
-                        f"{fs['median']:+.2f}, p10 {fs['p10']:+.2f}, p90 {fs['p90']:+.2f} (n={fs['n']}; "
-                        f"{fs['early_gt_0.2s']} > 0.2 s early, {fs['late_gt_0.2s']} > 0.2 s late); "
-                        f"last word end - utterance end: median {le['median']:+.2f}, "
-                        f"p10 {le['p10']:+.2f}, p90 {le['p90']:+.2f} (n={le['n']}; "
-                        f"{le['early_gt_0.2s']} > 0.2 s early, {le['late_gt_0.2s']} > 0.2 s late)")
-            for mode, p in d.get("parity", {}).items():
-                lines.append(f"- {mode}: (d) vs the endpoint's `build_response`: "
-                             + ("same speaker for all " f"{p['words']} words" if not p["mismatches"]
-                                else f"**{p['mismatches']} of {p['words']} words differ** "
-                                     f"({', '.join(p['files'])})"))
-            for mode, sm in d["smoothing"].items():
-                lines.append(f"- smoothing ({mode}): changed {sm['changed']} words: fixed {sm['fixed']}, "
-                             f"broke {sm['broke']}, wrong either way {sm['neutral']}")
-            for mode, causes in d["causes"].items():
-                for alg, c in causes.items():
-                    lines.append(f"- {mode} {ALGORITHMS[alg]}: errors by cause: "
-                                 + (", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"))
-            lines.append("")
-        errs = [e for d in diag.values() for e in d["errors"]]
-        if errs:
-            lines += ["Word-level speaker errors, oracle diarization ((c) and (d)):", "",
-                      "| model | alg | file | word (ref) | word time | utterance (pos) | ref spk | "
-                      "own-turn coverage | cause |", "|---|---|---|---|---|---|---|---:|---|"]
-            for e in errs:
-                lines.append(
-                    f"| {e['model']} | {e['algorithm']} | {e['file']} | {e['word']} ({e['ref_word']}) "
-                    f"| {e['word_time'][0]:.2f}-{e['word_time'][1]:.2f} "
-                    f"| {e['utterance'][0]:.2f}-{e['utterance'][1]:.2f} ({e['position']}) "
-                    f"| {e['ref_speaker']} | {e['own_turn_coverage']:.2f} | {e['cause']} |")
-            lines.append("")
+    for model, d in result["diagnostics"].items():
+        for mode, p in d.get("parity", {}).items():
+            lines.append(f"- {model} {mode}: ours vs the endpoint's `build_response`: "
+                         + (f"same speaker for all {p['words']} words" if not p["mismatches"]
+                            else f"**{p['mismatches']} of {p['words']} words differ** "
+                                 f"({', '.join(p['files'])})"))
+        for mode, c in d.get("causes", {}).items():
+            lines.append(f"- {model} {mode}, ours: errors by cause: "
+                         + (", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"))
+    lines.append("")
+    errs = [e for d in result["diagnostics"].values() for e in d["errors"]]
+    if errs:
+        lines += ["## Our word-level speaker errors with reference turns", "",
+                  "| model | turns | file | word (ref) | word time | utterance (pos) | ref spk | "
+                  "own-turn coverage | cause | anchor right |", "|---|---|---|---|---|---|---|---:|---|---|"]
+        for e in errs:
+            lines.append(
+                f"| {e['model']} | {e['mode']} | {e['file']} | {e['word']} ({e['ref_word']}) "
+                f"| {e['word_time'][0]:.2f}-{e['word_time'][1]:.2f} "
+                f"| {e['utterance'][0]:.2f}-{e['utterance'][1]:.2f} ({e['position']}) "
+                f"| {e['ref_speaker']} | {e['own_turn_coverage']:.2f} | {e['cause']} "
+                f"| {'yes' if e['anchor_right'] else ''} |")
+        lines.append("")
     lines += ["## Data", "", "| file | duration s | speakers | utterances | ref words | description |",
               "|---|---:|---:|---:|---:|---|"]
     for f in result["files"]:
@@ -423,12 +442,42 @@ def render(result: dict) -> str:
 # --------------------------------------------------------------------------- main
 
 
+def diarizations(f: EvalFile, mode: str, d: Optional[dict]) -> Diar:
+    """The turns each mode gives the attribution."""
+    if mode == "pipeline":
+        turns = [Turn(*t) for t in d["turns"]]
+        exclusive = d["exclusive_turns"]
+        if exclusive is None:  # pyannote 3.x
+            return Diar(turns, exclusive_turns(turns), heard=False)
+        return Diar(turns, [Turn(*t) for t in exclusive])
+    turns = [Turn(*t) for t in f.turns]
+    if mode == "oracle4":
+        heard = d["exclusive_turns"] if d["exclusive_turns"] is not None else d["turns"]
+        return Diar(turns, exclusive_as_heard(list(f.turns), heard, d["turns"]))
+    return Diar(turns, exclusive_turns(turns), heard=False)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="tiny.en,base",
                     help="comma list: tiny.en, base, or Whisper folders (default tiny.en,base)")
-    ap.add_argument("--mode", default="oracle,pipeline", help="comma list of oracle, pipeline")
-    ap.add_argument("--files", default="all", help="comma list of file ids (sample,d1..d5) or all")
+    ap.add_argument("--mode", default="oracle,pipeline",
+                    help=f"comma list of {', '.join(MODES)} (default oracle,pipeline)")
+    ap.add_argument("--part", default="original", choices=PARTS,
+                    help="original: the sample + d1-d5; tuning: the sample + generated dialogues to "
+                         "choose rules on; heldout: generated dialogues never tuned on "
+                         "(eval/generate.py); meetings: the real AMI clips (--meetings-dir)")
+    ap.add_argument("--count", type=int, default=12, help="generated dialogues per part")
+    ap.add_argument("--meetings-dir", type=Path, default=MEETINGS_DIR,
+                    help=f"real meeting clips for --part meetings (default {MEETINGS_DIR})")
+    ap.add_argument("--files", default="all", help="comma list of file ids, or all")
+    ap.add_argument("--num-speakers", choices=("known", "unknown"), default=None,
+                    help="give the pipeline the true speaker count (default: known for the "
+                         "generated parts, unknown for meetings, as a user calls the endpoint)")
+    ap.add_argument("--before", metavar="REV", default=None,
+                    help="add the attribution of git revision REV as algorithm 'before'")
+    ap.add_argument("--ablate", action="store_true",
+                    help="also run ours without each of its rules, and tabulate what each changes")
     ap.add_argument("--models-dir", type=Path,
                     default=Path(os.environ.get("REAL_MODELS_DIR") or "~/.cache/real-models").expanduser(),
                     help="real models folder (default $REAL_MODELS_DIR or ~/.cache/real-models)")
@@ -444,12 +493,8 @@ def main(argv=None) -> int:
                     help="the endpoint's TORCH_DTYPE for the ASR (default: its own default for the device)")
     ap.add_argument("--quantization", default=None, choices=("int8",),
                     help="the endpoint's QUANTIZATION for the ASR (CPU; default: none)")
-    ap.add_argument("--part", default="original", choices=("original", "tuning", "heldout"),
-                    help="original: the sample + d1-d5; tuning: the sample + generated dialogues to "
-                         "choose rules on; heldout: generated dialogues never tuned on (eval/generate.py)")
-    ap.add_argument("--count", type=int, default=12, help="generated dialogues per part")
     ap.add_argument("--seed-offset", type=int, default=0,
-                    help="held-out variant of the dialogues: their seeds + this (other gaps, overlaps, "
+                    help="variant of the original dialogues: their seeds + this (other gaps, overlaps, "
                          "backchannels and noise; same scripts and voices). 0: the default set")
     args = ap.parse_args(argv)
 
@@ -458,28 +503,32 @@ def main(argv=None) -> int:
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
     if bad:
-        ap.error(f"unknown mode(s) {bad}; use oracle and/or pipeline")
+        ap.error(f"unknown mode(s) {bad}; use {', '.join(MODES)}")
     models_dir = args.models_dir.expanduser()
     for m in models:
         if not (model_path(models_dir, m) / "config.json").is_file():
             ap.error(f"no Whisper model {m!r} at {model_path(models_dir, m)}")
+    known_count = (args.num_speakers or ("unknown" if args.part == "meetings" else "known")) == "known"
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     cache = Cache(args.cache_dir, not args.no_cache)
+    algs = runners(args.before, args.ablate)
 
     # data (LibriVox cuts need Whisper base word timestamps; built once, then cached)
-    td = time.perf_counter()
-    base_asr: dict[str, Asr] = {}
+    if args.part == "meetings":
+        files = load_meetings(args.meetings_dir)
+    else:
+        base_asr: dict[str, Asr] = {}
 
-    def base_words():
-        base_asr.setdefault("b", Asr(model_path(models_dir, "base")))
-        return base_asr["b"].words
+        def base_words():
+            base_asr.setdefault("b", Asr(model_path(models_dir, "base")))
+            return base_asr["b"].words
 
-    files = build_dataset(models_dir, args.cache_dir, base_words, rebuild=args.rebuild_data, log=log,
-                          seed_offset=args.seed_offset, part=args.part, count=args.count)
-    data_seconds = time.perf_counter() - td
+        files = build_dataset(models_dir, args.cache_dir, base_words, rebuild=args.rebuild_data,
+                              log=log, seed_offset=args.seed_offset, part=args.part,
+                              count=args.count)
     if args.files != "all":
         wanted = {x.strip() for x in args.files.split(",")}
         files = [f for f in files if f.id in wanted]
@@ -490,7 +539,6 @@ def main(argv=None) -> int:
 
     # ASR (cached)
     asr_out: dict[tuple[str, str], dict] = {}
-    asr_seconds = 0.0
     cached = 0
     # the ASR output depends on these sources (the hallucination filter runs inside transcribe)
     whisper_sha = _sha(*(_source_sha(n) for n in (
@@ -520,129 +568,90 @@ def main(argv=None) -> int:
                 r = runner.transcribe(audio[f.id])
                 cache.put("asr", key, r)
             asr_out[(m, f.id)] = r
-        asr_seconds += runner.seconds
         del runner
 
     # diarization (cached)
     diar_out: dict[str, dict] = {}
-    diar_seconds = 0.0
     der_rows = []
-    if "pipeline" in modes:
+    if {"pipeline", "oracle4"} & set(modes):
         diarizer = Diarizer(models_dir)
         diar_sha = _source_sha("speaker_asr/diarization/pipeline.py")
         for f in files:
-            key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], f.num_speakers, diar_sha)
+            count = f.num_speakers if known_count else None
+            key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], count, diar_sha)
             r = cache.get("diar", key)
             cached += r is not None
             if r is None:
                 log(f"diarization {f.id} ({f.duration:.0f} s)...")
-                r = diarizer.diarize(audio[f.id], f.num_speakers)
+                r = diarizer.diarize(audio[f.id], count)
                 cache.put("diar", key, r)
             diar_out[f.id] = r
-            der_rows.append({"file": f.id, "der": der(f.turns, r["turns"]),
-                             "jer": der(f.turns, r["turns"], "jer"),
-                             "speakers": len({t[2] for t in r["turns"]})})
-        diar_seconds = diarizer.seconds
+            speech = sum(e - s for s, e, _ in f.turns)
+            der_rows.append({"file": f.id, "der": der(f.turns, r["turns"], duration=f.duration),
+                             "jer": der(f.turns, r["turns"], "jer", duration=f.duration),
+                             "speakers": len({t[2] for t in r["turns"]}),
+                             "ref_speakers": len({t[2] for t in f.turns}), "speech": speech})
 
     # scoring
     refs = {f.id: reference_tokens(f) for f in files}
-    rows, pooled, targets = [], [], []
+    rows, pooled, rules = [], [], []
     diagnostics: dict[str, dict] = {}
     for m in models:
-        diag = {"errors": [], "smoothing": {}, "causes": {}, "boundary_timing": {}}
+        diag = {"errors": [], "causes": {}, "parity": {}}
         for mode in modes:
-            per_alg: dict[str, list[dict]] = {a: [] for a in ALGORITHMS}
-            word_level: dict[str, tuple] = {}
-            smoothing = {"changed": 0, "fixed": 0, "broke": 0, "neutral": 0}
-            causes: dict[str, dict[str, int]] = {a: {} for a in WORD_LEVEL if a in RUNNERS}
+            per_alg: dict[str, list[dict]] = {a: [] for a in algs}
+            outputs_by_file: dict[str, dict] = {}
             parity = {"words": 0, "mismatches": 0, "files": []}
-            raw_level: dict[str, tuple] = {}
+            causes: dict[str, int] = {}
             for f in files:
                 r = asr_out[(m, f.id)]
-                if mode == "oracle":
-                    turns = [Turn(s, e, spk) for s, e, spk in f.turns]
-                else:
-                    d = diar_out[f.id]
-                    raw = d["exclusive_turns"] if d["exclusive_turns"] is not None else d["turns"]
-                    turns = [Turn(s, e, spk) for s, e, spk in raw]
+                diar = diarizations(f, mode, diar_out.get(f.id))
                 chunks = [tuple(c) for c in r["chunks"]]
-                words = [tuple(w) for w in r["words"]] if r["words"] is not None else None
+                words = [tuple(w) for w in r["words"] or []]
                 outputs = {}
-                for alg, run in RUNNERS.items():
-                    if alg in WORD_LEVEL and words is None:
-                        continue
-                    hyp = run(chunks, words, turns, f.duration)
+                for alg, run in algs.items():
+                    hyp = run(chunks, words, diar, f.duration)
                     row, sp = score(refs[f.id], hyp)
                     outputs[alg] = (hyp, sp)
                     row.update(model=m, mode=mode, file=f.id, algorithm=alg)
                     rows.append(row)
                     per_alg[alg].append(row)
-                if all(a in outputs for a in OURS):
-                    (hc, sc), (hd, sd) = outputs["word"], outputs["word_smooth"]
-                    word_level[f.id] = (refs[f.id], hc, sc)
-                    raw_level[f.id] = (refs[f.id], *outputs.get("word_raw", outputs["word"]))
-                    # (d) must give every word the speaker the endpoint's build_response gives it
-                    he = endpoint(chunks, words, turns, f.duration)
-                    mism = sum(1 for a, b in zip(he, hd) if a.speaker != b.speaker) \
-                        + abs(len(he) - len(hd))
-                    parity["words"] += len(hd)
-                    parity["mismatches"] += mism
-                    if mism:
-                        parity["files"].append(f.id)
-                    wrong_c = {i for i, _ in sc.wrong}
-                    wrong_d = {i for i, _ in sd.wrong}
-                    ref_of_hyp = {j: i for i, j, _ in sd.pairs}
-                    for j, (a, b) in enumerate(zip(hc, hd)):
-                        if a.speaker != b.speaker:
-                            smoothing["changed"] += 1
-                            i = ref_of_hyp.get(j)
-                            if i is None:
-                                smoothing["neutral"] += 1
-                            elif i in wrong_c and i not in wrong_d:
-                                smoothing["fixed"] += 1
-                            elif i not in wrong_c and i in wrong_d:
-                                smoothing["broke"] += 1
-                            else:
-                                smoothing["neutral"] += 1
-                    for alg in causes:
-                        hyp, sp = outputs[alg]
-                        errs = diagnose_errors(f, refs[f.id], hyp, sp, alg,
-                                               set(sc.wrong) if alg == "word_smooth" else None)
-                        for e in errs:
-                            causes[alg][e["cause"]] = causes[alg].get(e["cause"], 0) + 1
-                            e["model"], e["mode"] = m, mode
-                        if mode == "oracle" and alg in OURS:
-                            diag["errors"] += errs
+                outputs_by_file[f.id] = outputs
+                # ours must give every word the speaker the endpoint's build_response gives it
+                he = endpoint(chunks, words, diar, f.duration)
+                hd = outputs["ours"][0]
+                mism = sum(1 for a, b in zip(he, hd) if a.speaker != b.speaker) + abs(len(he) - len(hd))
+                parity["words"] += len(hd)
+                parity["mismatches"] += mism
+                if mism:
+                    parity["files"].append(f.id)
+                errs = diagnose_errors(f, refs[f.id], *outputs["ours"], "ours",
+                                       {i for i, _ in outputs["anchor"][1].wrong})
+                for e in errs:
+                    causes[e["cause"]] = causes.get(e["cause"], 0) + 1
+                    e["model"], e["mode"] = m, mode
+                if mode != "pipeline":
+                    diag["errors"] += errs
             for alg, rs in per_alg.items():
-                if rs:
-                    p = pool(rs)
-                    p.update(model=m, mode=mode, algorithm=alg)
-                    pooled.append(p)
-            diag["smoothing"][mode] = smoothing
+                p = pool(rs)
+                p.update(model=m, mode=mode, algorithm=alg)
+                pooled.append(p)
+            for alg in algs:
+                if not alg.startswith("ours-"):
+                    continue
+                total = {"changed": 0, "fixed": 0, "broke": 0}
+                for f in files:
+                    c = changes(refs[f.id], outputs_by_file[f.id][alg], outputs_by_file[f.id]["ours"])
+                    for k in total:
+                        total[k] += c[k]
+                rules.append({"model": m, "mode": mode, "rule": alg[5:], **total,
+                              "wder_without": pool(per_alg[alg])["wder"],
+                              "wder_with": pool(per_alg["ours"])["wder"]})
+            diag["parity"][mode] = parity
             diag["causes"][mode] = causes
-            diag.setdefault("parity", {})[mode] = parity
             if parity["mismatches"]:
-                log(f"WARNING: {m} {mode}: (d) and the endpoint's build_response disagree on "
+                log(f"WARNING: {m} {mode}: ours and the endpoint's build_response disagree on "
                     f"{parity['mismatches']} words ({', '.join(parity['files'])})")
-            if not diag["boundary_timing"]:
-                diag["boundary_timing"] = {"raw": boundary_timing(files, raw_level),
-                                           "tidied": boundary_timing(files, word_level)}
-            if mode == "oracle":
-                pm = {p["algorithm"]: p for p in pooled if p["model"] == m and p["mode"] == "oracle"}
-                for alg in OURS:
-                    if alg not in pm:
-                        continue
-                    p = pm[alg]
-                    wa, wb = pm["hf_original"]["wder"], pm["chunk_overlap"]["wder"]
-                    dialogue_rows = [r for r in per_alg[alg] if r["file"] != "sample"]
-                    targets.append({
-                        "model": m, "algorithm": alg, "wder": p["wder"], "dropped_rate": p["dropped_rate"],
-                        "cp_gap": (p["cpwer"] or 0) - (p["wer"] or 0), "wder_a": wa, "wder_b": wb,
-                        "wder_dialogues": pool(dialogue_rows)["wder"] if dialogue_rows else None,
-                        "wder_ok": p["wder"] is not None and p["wder"] <= TARGET_WDER,
-                        "dropped_ok": p["dropped"] == 0,
-                        "cp_ok": (p["cpwer"] or 0) - (p["wer"] or 0) <= TARGET_CP_GAP + 1e-12,
-                        "better_ok": p["wder"] is not None and p["wder"] < wa and p["wder"] < wb})
         diagnostics[m] = diag
 
     import torch
@@ -659,12 +668,12 @@ def main(argv=None) -> int:
                  "host": f"{platform.machine()}, {os.cpu_count()} CPUs"
                          + (", CUDA" if torch.cuda.is_available() else ""),
                  "models": models, "modes": modes, "models_dir": str(models_dir),
-                 "seed_offset": args.seed_offset, "part": args.part, "long_form": args.long_form, "dtype": args.dtype,
+                 "seed_offset": args.seed_offset, "part": args.part, "long_form": args.long_form,
+                 "dtype": args.dtype, "before": args.before,
+                 "num_speakers": "given" if known_count else "unknown",
                  "quantization": args.quantization and f"{args.quantization} ({int8_form} form)",
                  "audio_seconds": sum(f.duration for f in files),
-                 "wall_seconds": time.perf_counter() - t0, "asr_seconds": asr_seconds,
-                 "diarization_seconds": diar_seconds, "data_seconds": data_seconds,
-                 "cached": cached,
+                 "wall_seconds": time.perf_counter() - t0, "cached": cached,
                  "asr_compute_seconds": sum(r.get("seconds") or 0 for r in asr_out.values()),
                  "diarization_compute_seconds": sum(r.get("seconds") or 0 for r in diar_out.values()),
                  "git": _git_state(),
@@ -673,10 +682,11 @@ def main(argv=None) -> int:
         "files": [{"id": f.id, "duration": f.duration, "num_speakers": f.num_speakers,
                    "utterances": len(f.utterances), "ref_words": len(refs[f.id]),
                    "description": f.description} for f in files],
-        "targets": targets, "pooled": pooled, "rows": rows, "der": der_rows,
+        "pooled": pooled, "rules": rules, "rows": rows, "der": der_rows,
         "diagnostics": diagnostics,
-        "asr": {f"{m}/{fid}": {"text": r["text"], "seconds": r.get("seconds")}
+        "asr": {f"{m}/{fid}": {"text": r["text"], "seconds": r.get("seconds"), "words": r["words"]}
                 for (m, fid), r in asr_out.items()},
+        "diarization": diar_out,
         "references": {f.id: [asdict(u) for u in f.utterances] for f in files},
     }
     md = render(result)

@@ -3,8 +3,9 @@
     .venv/bin/python -m pytest eval/test_eval.py -q
 """
 
+from speaker_asr.attribution.speakers import exclusive_turns
 from speaker_asr.types import Turn
-from algorithms import RUNNERS, hf_original  # noqa: E402
+from algorithms import Diar, hf_original, max_overlap, runners  # noqa: E402
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_text, normalize_word,  # noqa: E402
                      wder_counts, wer_counts)
 
@@ -60,10 +61,14 @@ def test_cpwer_equals_wer_when_speakers_are_right():
     assert cpwer_counts(ref, hyp).errors == 2
 
 
+def _diar(turns):
+    return Diar(turns, exclusive_turns(turns), heard=False)
+
+
 def test_hf_original_reproduces_nearest_end_rule_and_drops_the_tail():
     turns = [Turn(0.0, 2.0, "A"), Turn(2.1, 3.0, "A"), Turn(3.2, 5.0, "B")]
     chunks = [(" one two", 0.0, 1.5), (" three", 1.5, 3.1), (" four", 3.2, 4.9), (" five", 5.5, 7.0)]
-    toks = hf_original(chunks, None, turns, 7.0)
+    toks = hf_original(chunks, None, _diar(turns), 7.0)
     # merged A turn ends where B starts (3.2): nearest chunk end 3.1 -> chunks 0-1 to A;
     # B's turn (end 5.0): nearest remaining end 4.9 -> chunk 2 to B; chunk 3 is dropped
     assert [(t.text, t.speaker, t.dropped) for t in toks] == [
@@ -75,11 +80,37 @@ def test_word_level_runners_keep_every_word():
     turns = [Turn(0.0, 1.0, "A"), Turn(1.0, 2.0, "B")]
     words = [(" Hi", 0.1, 0.4), (" there.", 0.4, 0.9), (" Yes.", 1.1, 1.5), (" extra", None, None)]
     chunks = [(" Hi there.", 0.0, 1.0), (" Yes. extra", 1.0, None)]
-    for name, run in RUNNERS.items():
-        toks = run(chunks, words, turns, 2.0)
+    for name, run in runners(ablate=True).items():
+        toks = run(chunks, words, _diar(turns), 2.0)
         assert [t.text for t in toks] == ["hi", "there", "yes", "extra"], name
-    toks = RUNNERS["word"](chunks, words, turns, 2.0)
+    toks = runners()["ours"](chunks, words, _diar(turns), 2.0)
     assert [t.speaker for t in toks] == ["A", "A", "B", "B"]
+
+
+def test_the_anchor_is_max_overlap_else_the_nearest_turn():
+    """WhisperX's assign_word_speakers(fill_nearest=True), as it is meant."""
+    from speaker_asr.types import Word
+
+    turns = [Turn(0.0, 1.0, "A"), Turn(0.8, 3.0, "B"), Turn(5.0, 6.0, "A")]
+    words = [Word("a", 0.1, 0.5), Word("b", 0.6, 1.4), Word("c", 3.2, 3.5), Word("d", 4.5, 4.8),
+             Word("e", 5.5, 5.5)]
+    assert [w.speaker for w in max_overlap(words, turns)] == ["A", "B", "B", "A", "A"]
+    assert [w.speaker for w in max_overlap(words, [])] == [None] * 5
+
+
+def test_oracle4_exclusive_turns_follow_who_the_pipeline_heard():
+    from evaluate import exclusive_as_heard
+
+    reference = [(0.0, 10.0, "A"), (4.0, 6.0, "B")]
+    # the pipeline (its own labels) heard B loudest in the overlap: B keeps it
+    heard_turns = [(0.0, 10.0, "x"), (4.0, 6.0, "y")]
+    heard = [(0.0, 4.0, "x"), (4.0, 6.0, "y"), (6.0, 10.0, "x")]
+    assert [(t.start, t.end, t.speaker) for t in exclusive_as_heard(reference, heard, heard_turns)] == [
+        (0.0, 4.0, "A"), (4.0, 6.0, "B"), (6.0, 10.0, "A")]
+    # it heard A loudest there: A keeps the whole stretch
+    heard = [(0.0, 10.0, "x")]
+    assert [(t.start, t.end, t.speaker) for t in exclusive_as_heard(reference, heard, heard_turns)] == [
+        (0.0, 10.0, "A")]
 
 
 def test_generated_parts_are_disjoint_and_reproducible():

@@ -21,6 +21,7 @@ from speaker_asr.formats import render_response
 from speaker_asr.attribution.naming import (known_speakers_entries, match_speakers, name_turns,
                                             speaker_embeddings_entries)
 from speaker_asr.attribution.response import build_response, rename_speakers, speaker_labels
+from speaker_asr.attribution.speakers import exclusive_turns
 from speaker_asr.diarization.pipeline import (configure_pyannote_telemetry, diarize,
                                               load_diarization_pipeline)
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
@@ -109,7 +110,7 @@ class EndpointHandler:
                                       word_timestamps=diarized or config.return_word_timestamps)
         finally:
             result, error = self._diarization_result(pending)
-        turns, extra = None, {}
+        turns, exclusive, extra = None, None, {}
         warnings = [f"removed {len(run.split())} words Whisper wrote with no audio under them "
                     f"(a repetition after the speech): {run!r} (set hallucination_filter=false "
                     "to keep them)" for run in asr.dropped]
@@ -120,12 +121,14 @@ class EndpointHandler:
                 centroids = {}
                 warnings.append("the speakers' voices could not be compared (the speaker embedding "
                                 "model failed); speakers keep their SPEAKER_xx labels")
-            # overlapping speech: pyannote 4's exclusive diarization has one speaker at a time
-            raw = result.exclusive_turns if result.exclusive_turns is not None else result.turns
-            labels = speaker_labels(raw)
-            turns = rename_speakers(raw)
+            # the turns (overlapping where people talk at once) and the exclusive turns (one
+            # speaker at a time: pyannote 4's own, or derived for 3.x) are both evidence
+            labels = speaker_labels(result.turns)
+            turns = rename_speakers(result.turns, labels)
+            if result.exclusive_turns is not None:
+                exclusive = rename_speakers(result.exclusive_turns, labels)
             centroids = {labels[k]: v for k, v in centroids.items() if k in labels}
-            if not turns and not result.turns and config.vad_filter and asr.text.strip():
+            if not result.turns and config.vad_filter and asr.text.strip():
                 # the diarization's segmentation model heard no speech anywhere: what Whisper
                 # wrote is a hallucination on noise or music. Say what was dropped.
                 warnings.append(f"no speech detected; dropped the transcript {asr.text.strip()!r} "
@@ -139,12 +142,13 @@ class EndpointHandler:
             matches = self._matches(config, references, centroids)
             if matches and turns:
                 turns = name_turns(turns, matches)
+                exclusive = name_turns(exclusive, matches) if exclusive is not None else None
             extra.update(self._voice_extra(config, references, centroids, matches))
         if warnings:
             extra["warnings"] = warnings
         return self._render(build_response(
             asr.text, asr.chunks, turns, duration, asr.language, words=asr.words,
-            return_words=config.return_word_timestamps, extra=extra), config)
+            return_words=config.return_word_timestamps, extra=extra, exclusive=exclusive), config)
 
     def _diarize(self, audio: np.ndarray, config: InferenceConfig, voices: bool):
         """(Diarization, {label: voice vector as a list, or None}) -- the vectors only when
@@ -153,7 +157,9 @@ class EndpointHandler:
                          min_speakers=config.min_speakers, max_speakers=config.max_speakers)
         centroids: Optional[dict] = {}
         if voices:
-            clean = result.exclusive_turns if result.exclusive_turns is not None else result.turns
+            # one speaker at a time: pyannote 4's own exclusive turns, else derived from the turns
+            clean = result.exclusive_turns if result.exclusive_turns is not None \
+                else exclusive_turns(result.turns)
             try:
                 centroids = {k: None if v is None else v.tolist()
                              for k, v in self.voices.centroids(audio, clean).items()}

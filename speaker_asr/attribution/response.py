@@ -19,9 +19,10 @@ def speaker_labels(turns: list[Turn]) -> dict[str, str]:
     return mapping
 
 
-def rename_speakers(turns: list[Turn]) -> list[Turn]:
-    """Relabel speakers SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
-    mapping = speaker_labels(turns)
+def rename_speakers(turns: list[Turn], mapping: Optional[dict[str, str]] = None) -> list[Turn]:
+    """Relabel speakers SPEAKER_00, SPEAKER_01, ... in order of first appearance (or by
+    ``mapping``, from :func:`speaker_labels`)."""
+    mapping = mapping if mapping is not None else speaker_labels(turns)
     return [Turn(t.start, t.end, mapping[t.speaker]) for t in turns]
 
 
@@ -38,7 +39,8 @@ def _word_dict(w: Word, with_speaker: bool) -> dict:
 
 def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],
                    duration: float, language: Optional[str], words: Optional[Sequence[Word]] = None,
-                   return_words: bool = False, extra: Optional[dict] = None) -> Response:
+                   return_words: bool = False, extra: Optional[dict] = None,
+                   exclusive: Optional[list[Turn]] = None) -> Response:
     """The response object, from the ASR's segments and words (times may be missing) and the
     diarization's turns.
 
@@ -52,9 +54,9 @@ def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[
     index = SpeakerIndex(turns or [])
     if words is not None:
         spans = resolve_times([(w.start, w.end) for w in words], duration)
-        pieces = tidy_word_times([Word(w.text, s, e) for w, (s, e) in zip(words, spans)])
-        if diarized:
-            pieces = attribute_words(pieces, index, tidy=False)
+        pieces = [Word(w.text, s, e) for w, (s, e) in zip(words, spans)]
+        # attribution tidies the word times it judges by (and returns them); without it, the same
+        pieces = attribute_words(pieces, turns, exclusive) if diarized else tidy_word_times(pieces)
         groups = [g for g in split_segments([s.text for s in segments], pieces) if g.words]
         chunks = []
         for g in groups:

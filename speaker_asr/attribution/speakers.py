@@ -6,9 +6,11 @@ missing (``None``) as Whisper sometimes leaves them. The rules:
 
 * a piece takes the speaker whose turns overlap it most (summed over that speaker's turns);
 * a piece that overlaps no turn takes the speaker of the nearest turn;
-* words (:func:`attribute_words`) are looked up with their timing lag against the turns
-  corrected (:func:`timing_offset`), and a near tie keeps the previous word's speaker; a turn
-  that got no word takes back a short sentence timed just outside it (:func:`orphan_turns`);
+* words (:func:`attribute_words`) take both the regular turns (overlapping where people talk at
+  once) and, where the diarization has them, its own exclusive turns: in overlapped speech a
+  word goes to the voice Whisper was most likely writing, a word the turns do not single out
+  takes its sentence's speaker, and a turn that got no word takes back a short sentence timed
+  just after it (the rules in :data:`RULES`);
 * with no turns at all (silence, music, diarization off) pieces get no speaker;
 * nothing is ever dropped, and every output time is finite, within ``[0, duration]`` and
   ``start <= end``.
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from typing import Iterable, Iterator, Optional, Sequence
 
 from speaker_asr.types import Segment, Turn, Word
@@ -171,13 +172,10 @@ class SpeakerIndex:
             best = self.turns[k]
         return best
 
-    def speaker_at(self, start: float, end: float, previous: Optional[str] = None) -> Optional[str]:
+    def speaker_at(self, start: float, end: float) -> Optional[str]:
         """The speaker for a piece spanning ``[start, end]``: largest total overlap, else the
         nearest turn's, else None when there are no turns. A zero-length piece is looked up as
-        the point it is (the turn that contains it). ``previous`` (the speaker of the piece
-        before) keeps the piece on a near tie -- its overlap at least :data:`CONTINUITY` of the
-        largest -- as in overlapped speech, where both turns cover the word and the speaker
-        already talking is the likelier one."""
+        the point it is (the turn that contains it)."""
         if not self.turns:
             return None
         if end <= start:
@@ -186,27 +184,10 @@ class SpeakerIndex:
         overlaps = self.overlaps(start, end)
         if overlaps:
             # max overlap; deterministic tie-break by speaker label
-            best = max(sorted(overlaps), key=lambda s: overlaps[s])
-            if previous is not None and overlaps.get(previous, 0.0) >= CONTINUITY * overlaps[best]:
-                return previous
-            return best
+            return max(sorted(overlaps), key=lambda s: overlaps[s])
         nearest = self.nearest(start, end)
         return nearest.speaker if nearest else None
 
-    def clean_starts(self) -> list[float]:
-        """Starts of turns that begin while no other turn is running (a speaker starting out of
-        silence or right after another stops): the edges the transcript's timing can be checked
-        against."""
-        out = []
-        for i, t in enumerate(self.turns):
-            running = i > 0 and self._max_end[i - 1] > t.start
-            if not running:
-                out.append(t.start)
-        return out
-
-
-# near-tie share for keeping the previous piece's speaker (see SpeakerIndex.speaker_at)
-CONTINUITY = 0.9
 
 
 def resolve_times(spans: Sequence[tuple[Optional[float], Optional[float]]], duration: float
@@ -240,19 +221,10 @@ def resolve_times(spans: Sequence[tuple[Optional[float], Optional[float]]], dura
     return out
 
 
-def assign_speakers(pieces: Sequence[Word], turns: Iterable[Turn], continuity: bool = False,
-                    shift: float = 0.0) -> list[Word]:
-    """Each piece gets ``speaker_at`` its span (moved by ``-shift`` for the lookup only; the
-    pieces keep their times); with ``continuity`` a near tie keeps the previous piece's
-    speaker. Pieces and their order are kept as they are."""
+def assign_speakers(pieces: Sequence[Word], turns: Iterable[Turn]) -> list[Word]:
+    """Each piece gets ``speaker_at`` its span. Pieces and their order are kept as they are."""
     index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
-    out: list[Word] = []
-    previous = None
-    for p in pieces:
-        speaker = index.speaker_at(p.start - shift, p.end - shift, previous if continuity else None)
-        out.append(Word(p.text, p.start, p.end, speaker))
-        previous = speaker
-    return out
+    return [Word(p.text, p.start, p.end, index.speaker_at(p.start, p.end)) for p in pieces]
 
 
 def merge_by_speaker(pieces: Sequence[Word]) -> list[Word]:
@@ -298,77 +270,159 @@ def tidy_word_times(words: Sequence[Word], cap: float = 0.7) -> list[Word]:
     return out
 
 
-def timing_offset(words: Sequence[Word], turns: Iterable[Turn], window: float = 0.5,
-                  dead_zone: float = 0.05, limit: float = 0.3, min_edges: int = 3) -> float:
-    """How late the transcript's word times run against the diarization, in seconds.
-
-    Whisper's cross-attention word times carry a model-dependent lag (measured on the
-    evaluation set: tiny.en's first word of a turn starts a median 0.07 s after the turn, base's
-    0.00 s), and at a speaker change a lag of a few hundredths decides which turn the boundary
-    word overlaps more. Each turn that starts out of silence or right after another speaker
-    stops is an edge where a word should start: the offset is the median of (nearest word start
-    - turn start) over those edges with a word within ``window``. Fewer than ``min_edges``
-    edges, or a median inside +-``dead_zone`` (about two 20 ms frames, the timing's own
-    resolution), give 0; the result is clamped to +-``limit``."""
-    index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
-    starts = sorted(w.start for w in words)
-    if not starts:
-        return 0.0
-    offsets = []
-    for edge in index.clean_starts():
-        k = bisect.bisect_left(starts, edge)
-        near = min((starts[j] for j in (k - 1, k) if 0 <= j < len(starts)), key=lambda x: abs(x - edge))
-        if abs(near - edge) <= window:
-            offsets.append(near - edge)
-    if len(offsets) < min_edges:
-        return 0.0
-    median = statistics.median(offsets)
-    if abs(median) < dead_zone:
-        return 0.0
-    return max(-limit, min(limit, median))
+# the rules of attribute_words, each of which can be left out (the evaluation's ablations)
+RULES = ("tidy", "overlaps", "coherence", "orphans")
+# a word is in overlapped speech when at least this share of it lies where two of the speakers
+# who cover it talk at once
+OVERLAPPED_SHARE = 0.5
 
 
-def attribute_words(words: Sequence[Word], turns: Iterable[Turn], smooth: bool = True,
-                    tidy: bool = True, calibrate: bool = True, continuity: bool = True) -> list[Word]:
-    """Speaker per word (largest overlap, else nearest turn; a near tie keeps the previous
-    word's speaker unless ``continuity=False``), after :func:`tidy_word_times` unless
-    ``tidy=False``; with ``calibrate``
-    the lookup corrects the words' :func:`timing_offset` against the turns (the returned words
-    keep their own times). Then optional smoothing of
-    one-word blips: a single word whose speaker differs from both neighbours, who agree, moves
-    to the neighbours' speaker only when the evidence for its own speaker is weak -- it overlaps
-    that speaker's turns for less than half its duration (or not at all) -- and the word does
-    not end or start a sentence (a real one-word reply such as "Yes." keeps its speaker).
-    Before that, :func:`sentence_boundaries` puts a speaker change that falls among words with
-    weak turn evidence at the sentence boundary there."""
-    index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
-    words = tidy_word_times(words) if tidy else list(words)
-    shift = timing_offset(words, index) if calibrate else 0.0
-    out = assign_speakers(words, index, continuity=continuity, shift=shift)
-    if not smooth or len(out) < 2 or not len(index):
+def _talking_at_once(index: SpeakerIndex, start: float, end: float) -> tuple[set[str], float]:
+    """The speakers whose turns overlap each other inside ``[start, end]`` (people talking at
+    once there, not merely two turns that each cover part of the span), and the share of the
+    span where they do."""
+    found = index.turns_in(start, end)
+    speakers: set[str] = set()
+    stretches = []
+    for i, a in enumerate(found):
+        for b in found[i + 1:]:
+            lo, hi = max(a.start, b.start, start), min(a.end, b.end, end)
+            if a.speaker != b.speaker and hi > lo:
+                speakers.update((a.speaker, b.speaker))
+                stretches.append((lo, hi))
+    covered, reach = 0.0, start
+    for lo, hi in sorted(stretches):
+        lo = max(lo, reach)
+        if hi > lo:
+            covered += hi - lo
+            reach = hi
+    return speakers, covered / (end - start) if end > start else 0.0
+
+
+def _containing(index: SpeakerIndex, speaker: str, start: float, end: float) -> Optional[Turn]:
+    """``speaker``'s turn that overlaps ``[start, end]`` most."""
+    own = [t for t in index.turns_in(start, end) if t.speaker == speaker]
+    return max(own, key=lambda t: min(end, t.end) - max(start, t.start), default=None)
+
+
+def _first_pass(words: Sequence[Word], regular: SpeakerIndex, heard: Optional[SpeakerIndex],
+                overlaps: bool) -> list[Word]:
+    """Each word's speaker from the regular turns: the speaker who covers most of it (the nearest
+    turn's when none does). With ``overlaps``, a word said while two of the speakers who cover
+    it talk at once (:data:`OVERLAPPED_SHARE`) goes to the one Whisper was most likely writing:
+
+    1. the dominant voice there, when the diarization's own exclusive turns (``heard``:
+       pyannote 4) give one of them at least half of the word -- Whisper writes one voice, the
+       loudest;
+    2. else, in the middle of a sentence, the speaker of the word before, when that speaker's
+       turns cover the whole word -- Whisper keeps following the voice it was writing while that
+       voice goes on (a "hmm" inside a long turn does not take the long turn's words);
+    3. else the one ``heard`` covering more of it, else the one whose turn began last (a new
+       sentence comes with a new turn: a reply said over the end of another's)."""
+    out: list[Word] = []
+    previous: Optional[Word] = None
+    for w in words:
+        start, end = w.start, w.end
+        if end <= start:
+            start, end = start - 1e-6, start + 1e-6
+        shares = coverage(regular, start, end)
+        speaker = None
+        if shares:
+            speaker = max(sorted(shares), key=lambda k: shares[k])
+            talking, share = _talking_at_once(regular, start, end)
+            talking &= {k for k, v in shares.items() if v >= WEAK_SECOND}
+            if overlaps and len(talking) >= 2 and share >= OVERLAPPED_SHARE:
+                loud = {k: v for k, v in (coverage(heard, start, end) if heard else {}).items()
+                        if k in talking}
+                loudest = max(sorted(loud), key=lambda k: loud[k]) if loud else None
+                mid_sentence = previous is not None and not previous.text.strip().endswith(SENTENCE_END)
+                if loudest is not None and loud[loudest] >= 0.5:
+                    speaker = loudest
+                elif mid_sentence and shares.get(previous.speaker, 0.0) >= 1.0 - 1e-6:
+                    speaker = previous.speaker
+                elif loudest is not None:
+                    speaker = loudest
+                else:
+                    speaker = max(sorted(talking), key=lambda k: _containing(regular, k, start, end).start)
+        elif len(regular):
+            speaker = regular.nearest(start, end).speaker
+        word = Word(w.text, w.start, w.end, speaker)
+        out.append(word)
+        previous = word
+    return out
+
+
+# how far (seconds) a sentence's speaker's turns may lie from one of its weak words for the word
+# to join them (see sentence_coherence)
+COHERENCE_REACH = 1.0
+
+
+def sentence_coherence(words: Sequence[Word], index: SpeakerIndex) -> list[Word]:
+    """A word the turns do not single out (:func:`weak_evidence`: in a pause, across a turn edge,
+    in overlapped speech, or of no length) takes the speaker of its sentence when every word of
+    that sentence the turns do single out has one speaker, and that speaker's turns lie within
+    :data:`COHERENCE_REACH` of the word. Whisper's sentences are one voice far more often than
+    its word times are right at a turn edge ("I'm | not a hundred percent sure", "I'm" timed
+    from 0 s over another speaker's untranscribed words). Returns new pieces; times untouched."""
+    out = [Word(w.text, w.start, w.end, w.speaker) for w in words]
+    weak = [w.end <= w.start or weak_evidence(coverage(index, w.start, w.end)) for w in out]
+    for a, b in _sentences(out):
+        clear = {out[k].speaker for k in range(a, b) if not weak[k]}
+        if len(clear) != 1:
+            continue
+        (speaker,) = clear
+        if speaker is None:
+            continue
+        for k in range(a, b):
+            if weak[k] and out[k].speaker != speaker and any(
+                    t.speaker == speaker for t in index.turns_in(out[k].start - COHERENCE_REACH,
+                                                                 out[k].end + COHERENCE_REACH)):
+                out[k].speaker = speaker
+    return out
+
+
+def attribute_words(words: Sequence[Word], turns: Iterable[Turn],
+                    exclusive: Optional[Iterable[Turn]] = None,
+                    rules: Iterable[str] = RULES) -> list[Word]:
+    """Speaker per word, from the diarization's ``turns`` (which may overlap) and, where the
+    diarization has one, its own ``exclusive`` turns (pyannote 4: the dominant speaker at each
+    moment; None for pyannote 3.x, whose exclusive turns would only be derived from ``turns``).
+
+    The rules, in this order, each of which can be left out (``rules``; none: plain word-level
+    max overlap on ``turns``, the nearest turn for a word in a pause):
+
+    * ``tidy`` -- :func:`tidy_word_times`: words stretched over a pause at a sentence boundary
+      are cut back to the edge that touches speech;
+    * ``overlaps`` -- words said while two people talk at once go to the voice Whisper was most
+      likely writing (:func:`_first_pass`);
+    * ``coherence`` -- a word the turns do not single out takes its sentence's speaker
+      (:func:`sentence_coherence`);
+    * ``orphans`` -- a turn that got no word takes back the short sentence timed just after it
+      (:func:`orphan_turns`).
+
+    Measured on real AMI meetings and on the generated dialogues, each rule's effect is in
+    eval/README.md. The returned words carry the (tidied) times the attribution judged by."""
+    rules = frozenset(rules)
+    unknown = sorted(rules - set(RULES))
+    if unknown:
+        raise ValueError(f"unknown attribution rule {unknown[0]!r}: the rules are {', '.join(RULES)}")
+    regular = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
+    heard = SpeakerIndex(exclusive) if exclusive is not None else None
+    words = tidy_word_times(words) if "tidy" in rules else list(words)
+    out = _first_pass(words, regular, heard, "overlaps" in rules)
+    if len(out) < 2 or not len(regular):
         return out
-    out = sentence_boundaries(out, index, shift)
-    out = orphan_turns(out, index, shift)
-    for i in range(1, len(out) - 1):
-        prev, word, nxt = out[i - 1], out[i], out[i + 1]
-        if word.speaker == prev.speaker or prev.speaker != nxt.speaker:
-            continue
-        if word.text.strip().endswith(SENTENCE_END) or prev.text.strip().endswith(SENTENCE_END):
-            continue
-        length = max(word.end - word.start, 1e-6)
-        start = word.start - shift
-        support = index.overlaps(start, start + max(word.end - word.start, 1e-6)).get(word.speaker, 0.0)
-        if support / length < 0.5:
-            out[i] = Word(word.text, word.start, word.end, prev.speaker)
+    if "coherence" in rules:
+        out = sentence_coherence(out, regular)
+    if "orphans" in rules:
+        out = orphan_turns(out, regular)
     return out
 
 
 # a word's turn evidence is weak when its best speaker covers less than WEAK_BEST of it or a
-# second speaker covers at least WEAK_SECOND of it (see sentence_boundaries)
+# second speaker covers at least WEAK_SECOND of it (see weak_evidence)
 WEAK_BEST = 0.5
 WEAK_SECOND = 0.1
-# the most words sentence_boundaries moves to another speaker in one run
-MAX_MOVED = 3
 
 
 def coverage(index: SpeakerIndex, start: float, end: float) -> dict[str, float]:
@@ -386,57 +440,6 @@ def weak_evidence(shares: dict[str, float]) -> bool:
     part of it (a speaker change or overlapped speech)."""
     ranked = sorted(shares.values(), reverse=True)
     return not ranked or ranked[0] < WEAK_BEST or (len(ranked) > 1 and ranked[1] >= WEAK_SECOND)
-
-
-def sentence_boundaries(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0
-                        ) -> list[Word]:
-    """Place a speaker change that falls among weak-evidence words at the sentence boundary.
-
-    Diarization turn edges and Whisper's word times each carry a few tenths of a second of error,
-    so the words around a speaker change -- in the pause between two turns, or in the stretch
-    where the outgoing turn's tail overlaps the incoming turn's head -- are a coin toss by time
-    alone ("...in New Jersey. | And I'm Sheila" with "And" covered by both turns). The text says
-    where the change is when a sentence ends there. For each maximal run of words with
-    :func:`weak_evidence` (looked up at their times minus ``shift``), between a word of speaker X
-    before it and one of speaker Y after it with X != Y and every run word given X or Y: among
-    the split points that follow a sentence end (X's own last word included), the one that moves
-    the fewest words (ties: the earliest) gives the words before it X and the rest Y, when that
-    moves at most :data:`MAX_MOVED` words. Runs without a sentence end, or bounded by one
-    speaker on both sides (a backchannel inside another's turn), are left as they are. Returns
-    new pieces; times are untouched."""
-    out = [Word(w.text, w.start, w.end, w.speaker) for w in words]
-    n = len(out)
-    weak = [weak_evidence(coverage(index, w.start - shift, w.end - shift)) for w in out]
-    ends_sentence = [w.text.strip().endswith(SENTENCE_END) for w in out]
-    i = 0
-    while i < n:
-        if not weak[i]:
-            i += 1
-            continue
-        a = i
-        while i < n and weak[i]:
-            i += 1
-        b = i  # run is out[a:b]
-        if a == 0 or b == n:
-            continue
-        sx, sy = out[a - 1].speaker, out[b].speaker
-        if sx is None or sy is None or sx == sy:
-            continue
-        if any(out[k].speaker not in (sx, sy) for k in range(a, b)):
-            continue
-        best = None
-        for k in range(a, b + 1):  # out[a:k] -> sx, out[k:b] -> sy
-            if not ends_sentence[k - 1]:
-                continue
-            moved = sum(out[j].speaker != (sx if j < k else sy) for j in range(a, b))
-            if best is None or moved < best[0]:
-                best = (moved, k)
-        if best is None or best[0] > MAX_MOVED:
-            continue
-        k = best[1]
-        for j in range(a, b):
-            out[j].speaker = sx if j < k else sy
-    return out
 
 
 # orphan_turns: the longest sentence (words) moved into a turn that got no word, how far from the
@@ -479,7 +482,7 @@ def _short_spans(words: Sequence[Word]) -> list[tuple[int, int]]:
     return spans
 
 
-def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0) -> list[Word]:
+def orphan_turns(words: Sequence[Word], index: SpeakerIndex) -> list[Word]:
     """Give a turn that received no word the short sentence its words were timed out of.
 
     A short reply ("Really?", "Yes.") between two other speakers' turns is where Whisper's word
@@ -487,10 +490,13 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
     its turn, into the pause or the next speaker's turn, while its own turn -- the diarization heard
     someone there -- got no word at all. For each turn of at least :data:`ORPHAN_MIN_TURN` s in the
     clear (other speakers' turns cover at most :data:`ORPHAN_MAX_COVERED` of it) whose speaker got
-    no word overlapping it, the nearest span of at most :data:`ORPHAN_WORDS` words within
-    :data:`ORPHAN_REACH` s of it -- a whole sentence, or the opening or closing clause of one (see
-    :func:`_short_spans`) -- given to one other speaker who keeps other words within 2 s, moves to
-    the turn's speaker. Whole sentences go before clauses, then the nearest. Not when the span is
+    no word overlapping it, the nearest span of at most :data:`ORPHAN_WORDS` words starting
+    after the turn starts and within :data:`ORPHAN_REACH` s of it -- a whole sentence, or the
+    opening or closing clause of one (see :func:`_short_spans`) -- given to one other speaker who
+    keeps other words within 2 s, moves to the turn's speaker. Only words timed late: in real
+    meetings a turn without a word is mostly speech Whisper left out (a "hmm" over the end of
+    another's sentence), and the closing clause it lies beside belongs to that sentence. Whole
+    sentences go before clauses, then the nearest. Not when the span is
     all its owner has in one of the owner's own turns (one word transcribed for two replies:
     moving it would only empty that turn), and a span moved once is never taken back. Returns
     new pieces; times are untouched. Lookups go through start-sorted lists: O((N + T) log N)
@@ -521,12 +527,12 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
 
     def has_word(turn: Turn, skip: range = range(0)) -> bool:
         return any(out[k].speaker == turn.speaker and k not in skip
-                   for k in words_near(turn.start + shift, turn.end + shift))
+                   for k in words_near(turn.start, turn.end))
 
     def candidates(turn: Turn) -> list[tuple[int, int]]:
         """Spans the turn may take, best first: whole sentences before clauses, then nearest,
         then earliest."""
-        lo, hi = turn.start + shift, turn.end + shift  # the turn in the words' time
+        lo, hi = turn.start, turn.end
         first = bisect.bisect_left(short_starts, lo - ORPHAN_REACH - longest_span)
         last = bisect.bisect_right(short_starts, hi + ORPHAN_REACH)
         ranked = []
@@ -536,7 +542,7 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
                                                     for k in range(a, b)):
                 continue
             distance = max(0.0, lo - end, start - hi)
-            if distance > ORPHAN_REACH:
+            if distance > ORPHAN_REACH or start < lo:  # only words timed late, not early
                 continue
             if not any(out[k].speaker == owner for k in words_near(start - 2.0, end + 2.0)
                        if not a <= k < b):
@@ -550,7 +556,7 @@ def orphan_turns(words: Sequence[Word], index: SpeakerIndex, shift: float = 0.0)
         for a, b in candidates(turn):
             # not a span that is all its owner has in one of the owner's turns: taking it would
             # only leave that turn without a word (one word transcribed for two replies)
-            start, end = out[a].start - shift, out[b - 1].end - shift
+            start, end = out[a].start, out[b - 1].end
             if any(t.speaker == out[a].speaker and not has_word(t, range(a, b))
                    for t in index.turns_in(start, end)):
                 continue
@@ -603,3 +609,24 @@ def split_segments(segment_texts: Sequence[str], words: Sequence[Word]) -> list[
 def _segment(words: list[Word]) -> Segment:
     return Segment("".join(w.text for w in words), words[0].start, max(w.end for w in words),
                    words[0].speaker, list(words))
+
+
+# the share of a word another speaker's turn must cover for the word to count as cross-talk
+OVERLAP_SHARE = 0.5
+
+
+def cross_talk(words: Sequence[Word], turns: Iterable[Turn]) -> list[list[str]]:
+    """For each attributed word, the other speakers talking while it is said: those whose turns
+    (the regular, overlapping ones) cover at least :data:`OVERLAP_SHARE` of the word (a
+    zero-length word: its instant), sorted by label; ``[]`` for most words."""
+    index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
+    out = []
+    for w in words:
+        start, end = _finite(w.start), _finite(w.end)
+        if start is None or end is None or not len(index):
+            out.append([])
+            continue
+        shares = coverage(index, start, max(start, end))
+        out.append(sorted(s for s, v in shares.items()
+                          if s != w.speaker and v >= OVERLAP_SHARE - 1e-9))
+    return out

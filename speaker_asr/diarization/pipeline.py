@@ -15,7 +15,6 @@ from typing import Optional
 
 import numpy as np
 
-from speaker_asr.attribution.speakers import exclusive_turns
 from speaker_asr.types import Turn
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.compat import pyannote_major
@@ -136,7 +135,8 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
 @dataclass
 class Diarization:
     turns: list[Turn] = field(default_factory=list)
-    # pyannote 4's turns without overlapping speech, meant for aligning with a transcript
+    # pyannote 4's own turns without overlapping speech (the dominant speaker at each moment);
+    # None for pyannote 3.x, which has none
     exclusive_turns: Optional[list[Turn]] = None
 
 
@@ -159,6 +159,5 @@ def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
         exclusive = getattr(output, "exclusive_speaker_diarization", None)
         return Diarization(_annotation_turns(output.speaker_diarization),
                            _annotation_turns(exclusive) if exclusive is not None else None)
-    # pyannote.audio 3.x: an Annotation, without an exclusive diarization: derived from its turns
-    turns = _annotation_turns(output)
-    return Diarization(turns, exclusive_turns(turns))
+    # pyannote.audio 3.x: an Annotation, without an exclusive diarization
+    return Diarization(_annotation_turns(output))

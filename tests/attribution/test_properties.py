@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from speaker_asr.attribution.speakers import (SpeakerIndex, attribute_words, resolve_times,
+from speaker_asr.attribution.speakers import (RULES, SpeakerIndex, attribute_words, exclusive_turns,
+                                              resolve_times,
                                               split_segments)
 from speaker_asr.types import Turn, Word
 from speaker_asr.audio.decode import AudioDecodeError, decode_audio
@@ -50,8 +51,8 @@ word_text = st.text(alphabet="abc .?,'", min_size=1, max_size=6).map(lambda t: "
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(word_text, times, times), max_size=40), st.lists(turn_st, max_size=30),
-       st.floats(0, 100), st.booleans())
-def test_alignment_invariants(raw_words, turns, duration, smooth):
+       st.floats(0, 100), st.sets(st.sampled_from(RULES)), st.booleans())
+def test_alignment_invariants(raw_words, turns, duration, rules, heard):
     spans = resolve_times([(s, e) for _, s, e in raw_words], duration)
     # times are finite, within the audio, start <= end, and starts never go backwards
     previous = 0.0
@@ -60,7 +61,8 @@ def test_alignment_invariants(raw_words, turns, duration, smooth):
         assert s >= previous
         previous = s
     words = [Word(t, s, e) for (t, _, _), (s, e) in zip(raw_words, spans)]
-    out = attribute_words(words, turns, smooth=smooth)
+    # pyannote 4's own exclusive turns, or none (3.x)
+    out = attribute_words(words, turns, exclusive_turns(turns) if heard else None, rules=rules)
     # no word lost or reordered, and every word has a speaker when there are turns
     assert [w.text for w in out] == [w.text for w in words]
     if len(SpeakerIndex(turns)):

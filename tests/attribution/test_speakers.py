@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
-                                              clean_turns, merge_by_speaker, resolve_times,
-                                              split_segments)
+from speaker_asr.attribution.speakers import (RULES, SpeakerIndex, assign_speakers,
+                                              attribute_words, clean_turns, exclusive_turns,
+                                              merge_by_speaker, resolve_times, split_segments)
 from speaker_asr.types import Turn, Word
 
 A, B, C = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"
@@ -138,63 +138,109 @@ def test_word_straddling_a_boundary_goes_to_larger_share():
     assert attribute_words(words, turns((0, 2.0, A), (2.0, 4.0, B)))[0].speaker == B
 
 
-def test_smoothing_fixes_weak_blips_only():
-    # " the" overlaps no turn; the nearest is B's tiny turn: weak evidence inside A's sentence
+def test_without_rules_it_is_plain_max_overlap():
     t = turns((0, 1.0, A), (1.05, 1.1, B), (1.6, 3.0, A))
     words = [Word(" on", 0.6, 0.95), Word(" the", 1.12, 1.5), Word(" table", 1.6, 2.0)]
-    assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, B, A]
-    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, A]
+    assert [w.speaker for w in attribute_words(words, t, rules=())] == [A, B, A]
+    assert set(RULES) == {"tidy", "overlaps", "coherence", "orphans"}
+    with pytest.raises(ValueError, match="unknown attribution rule 'smooth'"):
+        attribute_words(words, t, rules=("smooth",))
+
+
+def test_a_weak_word_takes_its_sentences_speaker():
+    # " the" overlaps no turn; the nearest is B's tiny turn: weak evidence inside A's sentence
+    t = turns((0, 1.0, A), (1.05, 1.1, B), (1.6, 3.0, A))
+    words = [Word(" on", 0.6, 0.95), Word(" the", 1.12, 1.5), Word(" table.", 1.6, 2.0)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, A, A]
     # a one-word reply fully inside its own turn keeps its speaker
     t2 = turns((0, 1.0, A), (1.0, 1.25, B), (1.25, 3.0, A))
     reply = [Word(" are", 0.5, 0.9), Word(" Yes", 1.0, 1.2), Word(" you", 1.3, 1.6)]
-    assert [w.speaker for w in attribute_words(reply, t2, smooth=True)] == [A, B, A]
-    # a sentence boundary before the blip keeps it with its speaker even on weak evidence
-    sentence = [Word(" done.", 0.6, 0.95), Word(" the", 1.12, 1.5), Word(" table", 1.6, 2.0)]
-    assert [w.speaker for w in attribute_words(sentence, t, smooth=True)] == [A, B, A]
+    assert [w.speaker for w in attribute_words(reply, t2)] == [A, B, A]
 
 
-def test_speaker_change_among_weak_words_goes_to_the_sentence_boundary():
-    # B's turn starts while A's turn still runs (a late-ending turn edge): " And" and " I'm" are
-    # covered by both turns, and by time alone would stay with A
+def test_a_first_word_timed_over_another_speakers_untranscribed_turn_joins_its_sentence():
+    """AMI EN2001e: A's "sixteen times zero" (0.02-1.08 s) is not transcribed; B's "I'm not a
+    hundred percent sure" starts at 1.12 s, and Whisper timed "I'm" from 0 s to 1.28 s: by its
+    times it is A's word, by its sentence B's."""
+    t = turns((0.02, 1.08, A), (1.12, 30.0, B))
+    words = [Word(" I'm", 0.0, 1.28), Word(" not", 1.28, 1.36), Word(" a", 1.36, 1.58),
+             Word(" hundred", 1.78, 2.06), Word(" percent", 2.06, 2.4), Word(" sure.", 2.4, 2.7)]
+    assert attribute_words(words, t, rules=())[0].speaker == A
+    assert [w.speaker for w in attribute_words(words, t)] == [B] * 6
+    # a zero-length word is no evidence either (AMI EN2003a: "Can" timed at 16.22 s, inside the
+    # previous turn, for a sentence said from 16.76 s)
+    t = turns((14.41, 16.36, A), (16.76, 23.57, B))
+    words = [Word(" Yeah.", 14.1, 14.98), Word(" Can", 16.22, 16.22), Word(" you", 16.22, 16.96),
+             Word(" just", 16.96, 17.1), Word(" remind", 17.1, 17.28), Word(" me?", 17.28, 17.7)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, B, B, B, B, B]
+
+
+def test_sentence_coherence_needs_one_clear_speaker_and_a_turn_nearby():
+    # B's turn starts while A's turn still runs: " And" and " I'm" are covered by both turns
     t = turns((0, 5.0, A), (4.6, 8.0, B))
     words = [Word(" Jersey.", 4.0, 4.5), Word(" And", 4.55, 4.75), Word(" I'm", 4.75, 5.0),
              Word(" Sheila", 5.1, 5.6)]
-    assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, A, A, B]
-    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, B, B, B]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, B, B, B]
     # a sentence's last word timed late, into the pause, barely touching the next turn
     t = turns((0, 2.0, A), (2.5, 5.0, B))
     words = [Word(" in", 1.5, 1.8), Word(" Jersey", 1.8, 2.0), Word(" though.", 2.2, 2.55),
              Word(" Well,", 2.6, 2.9)]
-    assert [w.speaker for w in attribute_words(words, t, smooth=False)] == [A, A, B, B]
-    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, A, B]
-    # no sentence end there: the text says nothing, the times decide
+    assert [w.speaker for w in attribute_words(words, t, rules=("tidy",))] == [A, A, B, B]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, A, A, B]
+    # no sentence end there: the sentence has two clear speakers, so the times decide
     words[2] = Word(" though", 2.2, 2.55)
-    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, B, B]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, A, B, B]
+    # the sentence's speaker must have a turn within COHERENCE_REACH of the weak word
+    t = turns((0, 2.0, A), (4.0, 5.0, B))
+    words = [Word(" far", 2.2, 2.4), Word(" away", 4.1, 4.5), Word(" words.", 4.5, 4.9)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, B, B]
 
 
-def test_sentence_boundary_rule_leaves_strong_evidence_and_long_overlaps_alone():
-    # words fully inside one speaker's turn are never moved, whatever the punctuation
-    t = turns((0, 2.0, A), (2.0, 4.0, B))
-    words = [Word(" Yes.", 0.5, 1.0), Word(" fine", 1.2, 1.8), Word(" then", 2.2, 2.8)]
-    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == [A, A, B]
-    # a long stretch of overlapped speech: moving it to the sentence boundary would move more
-    # than MAX_MOVED words, so the per-word decisions stay
-    t = turns((0, 10.0, A), (5.0, 12.0, B))
-    words = [Word(" so.", 4.0, 4.5)] + [Word(f" w{i}", 5.2 + 0.8 * i, 5.8 + 0.8 * i) for i in range(6)] \
-        + [Word(" end", 10.5, 11.0)]
-    plain = [w.speaker for w in attribute_words(words, t, smooth=False)]
-    assert plain[1:7] == [A] * 6  # ties keep the speaker already talking
-    assert [w.speaker for w in attribute_words(words, t, smooth=True)] == plain
+def test_a_backchannel_turn_inside_a_long_turn_does_not_take_its_words():
+    """AMI EN2006b: a "hmm" turn (12.73-14.43 s) inside A's long turn, not transcribed: A's
+    "it should be a | break for Andrew" came out as two speakers on the exclusive turns."""
+    t = turns((10.0, 19.6, A), (12.7, 14.4, B))
+    words = [Word(" I", 10.2, 10.4), Word(" think", 10.4, 10.8), Word(" it", 12.6, 13.0),
+             Word(" should", 13.0, 13.4), Word(" be", 13.4, 13.7), Word(" a", 13.7, 13.8),
+             Word(" break", 14.3, 14.7), Word(" for", 14.7, 14.9), Word(" Andrew.", 14.9, 15.5)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A] * 9
+    # what the exclusive turns alone say (pyannote 3.x's derived ones, as before)
+    assert [w.speaker for w in attribute_words(words, exclusive_turns(t), rules=())][3:6] == [B] * 3
 
 
-def test_split_segments_keeps_every_word_in_order():
-    words = [Word(" a", 0, 1, A), Word(" b", 1, 2, B), Word(" c", 2, 3, B), Word(" d", 3, 4, A)]
-    segs = split_segments([" a b", " c d"], words)
-    assert [(s.text, s.speaker) for s in segs] == [(" a", A), (" b", B), (" c", B), (" d", A)]
-    assert "".join(s.text for s in segs) == " a b c d"
-    # texts that disagree (should not happen): nothing is lost, leftovers join the last segment
-    segs = split_segments([" a"], words)
-    assert "".join(s.text for s in segs) == " a b c d"
+def test_overlapped_speech_keeps_the_voice_whisper_was_writing():
+    # B starts talking over A at 5.0; both turns cover the words in 5.0-6.0 equally
+    t = turns((0.0, 6.0, A), (5.0, 9.0, B))
+    words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.4), Word(" can", 5.4, 5.7),
+             Word(" we", 6.2, 6.5)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, A, A, B]
+    # a word mostly in one speaker's clear stretch is not overlapped speech: its share decides
+    assert [w.speaker for w in attribute_words([Word(" so.", 4.5, 4.9), Word(" Yes", 5.7, 6.6)], t)] == [A, B]
+    # ... unless its sentence says otherwise: "so yes" is one sentence, and only A is clear in it
+    assert [w.speaker for w in attribute_words([Word(" so", 4.5, 4.9), Word(" yes", 5.7, 6.6)], t)] == [A, A]
+    # the voice before must go on through the whole word: A stops at 5.5, in the middle of it
+    # (the overlaps rule alone: in the whole set, the sentence's one clear speaker decides)
+    t = turns((0.0, 5.5, A), (5.0, 9.0, B))
+    words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.6)]
+    assert [w.speaker for w in attribute_words(words, t, rules=("overlaps",))] == [A, B]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, A]
+
+
+def test_overlapped_sentence_start_goes_to_the_dominant_voice_or_the_new_turn():
+    # B says "Mm-hmm." inside A's long turn, and Whisper wrote it: without pyannote 4's own
+    # exclusive turns, a sentence starting in the overlap goes to the turn that began last
+    t = turns((0.0, 10.0, A), (6.0, 7.0, B))
+    words = [Word(" right.", 5.0, 5.5), Word(" Mm-hmm.", 6.1, 6.6), Word(" So", 7.5, 7.8)]
+    assert [w.speaker for w in attribute_words(words, t)] == [A, B, A]
+    # pyannote 4 heard A as the dominant voice there: the word is A's
+    heard = turns((0.0, 10.0, A))
+    assert [w.speaker for w in attribute_words(words, t, heard)] == [A, A, A]
+    # and it overrides the voice Whisper was writing when it covers at least half of the word
+    t = turns((0.0, 6.0, A), (5.0, 9.0, B))
+    words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.4), Word(" can", 5.4, 5.7)]
+    heard = turns((0.0, 5.2, A), (5.2, 9.0, B))
+    assert [w.speaker for w in attribute_words(words, t, heard, rules=("overlaps",))] == [A, B, B]
+    assert [w.speaker for w in attribute_words(words, t, rules=("overlaps",))] == [A, A, A]
 
 
 def test_tidy_trims_words_stretched_over_pauses():
@@ -218,46 +264,10 @@ def test_tidy_moves_a_stretched_first_word_to_the_right_speaker():
     # Whisper timed "Hello." 0-6.98 s; it is spoken at 6.7 s inside B's turn, after A's noise turn
     t = turns((0.5, 1.0, A), (6.6, 7.2, B))
     word = [Word(" Hello.", 0.0, 6.98), Word(" Hi.", 7.6, 8.0), Word(" there", 8.0, 8.3)]
-    assert attribute_words(word, t, tidy=False)[0].speaker == A
+    assert attribute_words(word, t, rules=set(RULES) - {"tidy"})[0].speaker == A
     assert attribute_words(word, t)[0].speaker == B
-
-
-def test_timing_offset_measures_a_lag_at_clean_turn_starts():
-    from speaker_asr.attribution.speakers import timing_offset
-
-    t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A), (5.5, 6.5, B))  # B at 5.5 starts in overlap
-    words = [Word(" w", s + 0.12, s + 0.4) for s in (0.0, 2.1, 4.2)] + [Word(" x", 5.2, 5.4)]
-    assert abs(timing_offset(words, t) - 0.12) < 1e-9
-    # too few edges with a word nearby: no correction
-    assert timing_offset(words[:2], t) == 0.0
-    # inside the dead zone (about two 20 ms frames): no correction
-    assert timing_offset([Word(w.text, w.start - 0.09, w.end) for w in words], t) == 0.0
-    # far off edges are not evidence; a large lag is clamped
-    assert timing_offset([Word(w.text, w.start + 0.3, w.end + 0.3) for w in words], t, window=1.0) == 0.3
-    assert timing_offset([Word(w.text, w.start + 0.5, w.end + 0.5) for w in words], t) == 0.0
-    assert timing_offset([], t) == 0.0 and timing_offset(words, []) == 0.0
-
-
-def test_calibrated_lookup_keeps_a_lagging_last_word_with_its_speaker():
-    # every word runs 0.12 s late; A's last word also absorbs the pause before B starts
-    t = turns((0.0, 2.0, A), (2.1, 4.0, B), (4.2, 6.0, A))
-    words = [Word(" one", 0.12, 0.7), Word(" two", 0.7, 1.72), Word(" them.", 1.72, 2.5),
-             Word(" And", 2.5, 2.9), Word(" so", 2.9, 4.32), Word(" on.", 4.32, 4.8)]
-    assert [w.speaker for w in attribute_words(words, t, calibrate=False, smooth=False)][2] == B
-    out = attribute_words(words, t)
-    assert [w.speaker for w in out] == [A, A, A, B, B, A]
-    # the words keep their own times
-    assert [(w.start, w.end) for w in out] == [(w.start, w.end) for w in words]
-
-
-def test_overlapped_speech_keeps_the_speaker_already_talking():
-    # B starts talking over A at 5.0; both turns cover the words in 5.0-6.0 equally
-    t = turns((0.0, 6.0, A), (5.0, 9.0, B))
-    words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.4), Word(" can", 5.4, 5.7),
-             Word(" we", 6.2, 6.5)]
-    assert [w.speaker for w in attribute_words(words, t)] == [A, A, A, B]
-    # a clear majority still wins over continuity
-    assert [w.speaker for w in attribute_words([Word(" so", 4.5, 4.9), Word(" yes", 5.7, 6.6)], t)] == [A, B]
+    # the words come back with the times the attribution judged by
+    assert attribute_words(word, t)[0].start > 6.0
 
 
 # ------------------------------------------------------------- exclusive turns (pyannote.audio 3.x)
@@ -369,6 +379,24 @@ def test_orphan_turns_leave_backchannels_inside_turns_long_sentences_and_far_wor
     far = [_w(" Well", 0.1, 0.5, "A"), _w(" then.", 0.5, 1.9, "A"), _w(" Yes.", 4.3, 4.6, "B"),
            _w(" Next", 4.7, 5.0, "B"), _w(" one.", 5.0, 5.4, "B")]
     assert [w.speaker for w in orphan_turns(far, SpeakerIndex(turns))] == [w.speaker for w in far]
+
+
+def test_orphan_turns_take_only_words_timed_late():
+    """AMI EN2001a: B's turn at 25.08 s is speech Whisper left out, over the end of A's sentence;
+    the closing clause beside it ("duplication of effort.", from 24.24 s) is A's and stays."""
+    from speaker_asr.attribution.speakers import orphan_turns
+
+    turns = [Turn(21.41, 25.77, "A"), Turn(25.08, 27.44, "B"), Turn(28.09, 30.0, "A")]
+    words = [_w(" Not", 21.44, 21.6, "A"), _w(" really,", 21.6, 22.48, "A"), _w(" just", 23.18, 23.3, "A"),
+             _w(" what", 23.3, 23.46, "A"), _w(" he's", 23.46, 23.66, "A"), _w(" talking", 23.66, 23.86, "A"),
+             _w(" about,", 23.86, 24.24, "A"), _w(" duplication", 24.24, 24.88, "A"), _w(" of", 24.88, 25.06, "A"),
+             _w(" effort.", 25.06, 25.54, "A"), _w(" Like", 28.02, 28.2, "A"), _w(" duplication", 28.2, 28.8, "A"),
+             _w(" of", 28.8, 28.96, "A"), _w(" effort", 28.96, 29.2, "A"), _w(" and", 29.2, 29.4, "A"),
+             _w(" stuff.", 29.4, 29.98, "A")]
+    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["A"] * len(words)
+    # the same clause timed after the turn's start is a late reply, and moves
+    late = [_w(w.text, w.start + 0.9, w.end + 0.9, "A") if 7 <= k <= 9 else w for k, w in enumerate(words)]
+    assert [w.speaker for w in orphan_turns(late, SpeakerIndex(turns))][7:10] == ["B"] * 3
 
 
 def test_a_reply_whisper_joined_to_the_next_sentence_with_a_comma_goes_back_to_its_turn():
