@@ -121,10 +121,10 @@ def test_docstrings_name_files_that_exist(checker):
 
 def test_the_check_finds_what_is_missing(checker):
     doc = ROOT / "docs" / "made-up.md"
-    text = ("Run `tests/test_speedups.py` and server.py, see speaker_asr/attribution/nowhere.py and "
+    text = ("Run `tests/test_speedups.py` and whisper_speedups.py, see speaker_asr/attribution/nowhere.py and "
             "patches/gone.py, [the guide](missing-guide.md), `make test-nothing`, `bench/README.md`, "
             "patches/registry.py, handler.py, bench/results/benchmark-1.json (ignored output), "
             "bench/results/benchmark-<time>.json, audio/wav, pyannote/speaker-diarization-3.1, "
             "[ok](architecture.md#code), https://example.com/x.py, ~/.cache/real-models/x.py.")
-    assert checker.missing(text, doc) == ["missing-guide.md", "patches/gone.py", "server.py",
-                                          "speaker_asr/attribution/nowhere.py", "tests/test_speedups.py"]
+    assert checker.missing(text, doc) == ["missing-guide.md", "patches/gone.py", "speaker_asr/attribution/nowhere.py",
+                                          "tests/test_speedups.py", "whisper_speedups.py"]

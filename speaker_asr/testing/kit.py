@@ -14,10 +14,10 @@ pointing here -- in seconds, with meaningless output (random weights, synthetic 
 * ``segmentation-3.0``: that pipeline's segmentation checkpoint;
 * ``ct2/whisper-tiny.en``, ``ct2/whisper-base``: the two Whisper models in CTranslate2's format,
   for faster-whisper (only where ctranslate2 is installed: requirements-scripts.txt brings it);
-* ``audio/sample.wav`` (30 s, two synthetic voices taking turns) with ``sample.stm`` and
-  ``sample.rttm``; ``audio/librivox/`` (five one-voice clips and their ``transcription``);
-  ``audio/polyai-minds14-0.wav`` (8.3 s, 8 kHz mu-law: the short clip ``../shared/audio`` holds,
-  for ``SHARED_AUDIO_DIR``).
+* in its ``audio`` folder: ``sample.wav`` (30 s, two synthetic voices taking turns) with
+  ``sample.stm`` and ``sample.rttm``; ``librivox`` (five one-voice clips and their
+  ``transcription``); ``polyai-minds14-0.wav`` (8.3 s, 8 kHz mu-law: the short clip
+  ``../shared/audio`` holds, for ``SHARED_AUDIO_DIR``).
 
     python -m speaker_asr.testing.kit OUT_DIR
     REAL_MODELS_DIR=OUT_DIR SHARED_AUDIO_DIR=OUT_DIR/audio .venv/bin/python bench/benchmark.py --quick

@@ -1,5 +1,5 @@
 """Smoke runs of the scripts in bench/, eval/ and reliability/: each runs as a user runs it
-(``python bench/x.py ...`` from the repository root, its own process), on the tiny random stand-in
+(``python bench/benchmark.py ...`` from the repository root, its own process), on the tiny random stand-in
 for the real-models kit (speaker_asr/testing/kit.py, through ``REAL_MODELS_DIR`` /
 ``--models-dir``) and a few short inputs, and must exit 0 and print its table or summary.
 The numbers mean nothing (random weights); that the scripts run is what is checked.
