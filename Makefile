@@ -1,4 +1,5 @@
-# Two commands on a fresh machine:  make serve  (the endpoint on localhost)  and  make test.
+# Two commands on a fresh machine:  make serve  (the endpoint on localhost)  and  make test  (the
+# everyday offline suite; make test-all adds the other environments, as CI runs it).
 # Both create/reuse .venv in the repository root and install what they need.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -23,18 +24,19 @@ IMAGE_TRANSFORMERS := 4.57.6
 # what `pip install transformers==4.57.6` upgrades in the image venv besides transformers
 IMAGE_OVERLAY_PINS := 'tokenizers>=0.22,<=0.23.0' 'huggingface_hub>=0.34,<1.0' hf-xet
 # the handler's tests, the compatibility checks and the patches, in another environment
-VERSION_TESTS := tests/test_endpoint.py tests/test_known_speakers.py tests/test_compat.py tests/patches
+VERSION_TESTS := tests/test_endpoint.py tests/test_known_speakers.py tests/test_compat.py tests/patches \
+	tests/diarization
 IMAGE_TESTS := $(VERSION_TESTS) tests/endpoints_image
 REAL_MODELS_DIR ?= $(HOME)/.cache/real-models
 export REAL_MODELS_DIR
 
-.PHONY: install serve test test-endpoints real-models test-real eval bench clean
+.PHONY: install serve test test-scripts test-all test-compat test-endpoints real-models test-real eval bench clean
 
-$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt pyproject.toml
+$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt requirements-scripts.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -r requirements-pyannote4.txt -r requirements-test.txt
+	$(PY) -m pip install -q -r requirements-pyannote4.txt -r requirements-test.txt -r requirements-scripts.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@command -v ffmpeg >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null) \
@@ -62,12 +64,23 @@ install: $(VENV)/.installed
 serve: $(VENV)/.installed
 	$(PY) -m speaker_asr serve --host $(HOST) --port $(PORT)
 
-# the whole offline suite, the handler again under transformers 4.51, then the default Endpoints
-# image emulated (where ../shared has the toolkit)
-test: $(VENV)/.installed $(COMPAT)/.installed
-	$(PY) -m pytest -q
+# the everyday loop: the whole offline suite on tiny random models (tests/ and eval/test_eval.py),
+# with the quick smoke runs of the scripts in bench/ and eval/ (tests/scripts/)
+test: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow and not heavy"
+
+# the smoke runs that take a minute or more each (profile_cpu.py, gpu_benchmark.py --smoke,
+# word_timestamp_memory.py, reliability/run_all.py and through it the other reliability scripts)
+test-scripts: $(VENV)/.installed
+	$(PY) -m pytest -q -m heavy tests/scripts
+
+# what CI runs: test and test-scripts, the handler again under transformers 4.51, then the default
+# Endpoints image emulated (where ../shared has the toolkit)
+test-all: test test-scripts test-compat test-endpoints
+
+# the handler's tests under transformers 4.51.3 (the default Endpoints image's), beside .venv
+test-compat: $(VENV)/.installed $(COMPAT)/.installed
 	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q $(VERSION_TESTS) tests/asr/test_quantization.py
-	$(MAKE) --no-print-directory test-endpoints
 
 # the REAL toolkit webservice (../shared/hf-inference-toolkit) serving handler.py in the image's
 # environment: transformers 4.51.3 (the image's), then each of IMAGE_TRANSFORMERS

@@ -1,6 +1,11 @@
 """Shared helpers for the benchmark scripts: paths, deterministic inputs, WER, machine facts, RSS.
 
-Nothing here is imported by the project; the project is imported from here (read-only use).
+Nothing here is imported by the project; the project is imported from here (read-only use). The
+scripts import this as ``common`` (their own folder is ``sys.path[0]`` when they run).
+
+Paths: the real models from ``$REAL_MODELS_DIR`` (default ``~/.cache/real-models``), the short
+clip from ``$SHARED_AUDIO_DIR`` (default ``../shared/audio``), results in ``$BENCH_RESULTS_DIR``
+(default ``bench/results``), built inputs in ``$BENCH_DATA_DIR`` (default ``bench/data``).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
-DATA = BENCH / "data"
-RESULTS = BENCH / "results"
+DATA = Path(os.environ.get("BENCH_DATA_DIR", BENCH / "data"))
+RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", BENCH / "results"))
 REAL = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
 SHARED_AUDIO = Path(os.environ.get("SHARED_AUDIO_DIR", ROOT.parent / "shared" / "audio"))
 PIPELINE = REAL / "pyannote-campp-3.1"
@@ -41,14 +46,13 @@ GAP_MIN_S = 0.3  # at least this much silence between concatenated utterances
 
 
 def setup_env() -> None:
-    """Offline, quiet, project and the pyannote pipeline folder importable."""
+    """Offline, quiet. (The kit's pipeline folder names its own module, campp_embedding: its
+    loader, ``load_diarization_pipeline``, makes the folder's modules importable.)"""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if str(PIPELINE) not in sys.path:  # the kit's pipeline names its campp_embedding module
-        sys.path.insert(0, str(PIPELINE))
     import warnings
 
     warnings.filterwarnings("ignore")

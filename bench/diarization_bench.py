@@ -1,4 +1,4 @@
-"""Diarization alone: pyannote's own settings vs the endpoint's (diarization_speedups.py), side by side.
+"""Diarization alone: pyannote's own settings vs the endpoint's (speaker_asr/patches/diarization.py), side by side.
 
     python bench/diarization_bench.py [--inputs 8s,30s,60s] [--embedding wespeaker,campp]
 
@@ -23,12 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "tests"))
-
-from common import REAL, RESULTS, get_input, loadavg, machine, setup_env  # noqa: E402
+from common import REAL, RESULTS, get_input, loadavg, machine, setup_env
 
 
 def wespeaker_pipeline(out: Path, recipe: Path) -> Path:
@@ -64,7 +59,6 @@ def main(argv=None) -> None:
     folders = {"campp": REAL / "pyannote-campp-3.1"}
     if not (REAL / "segmentation-3.0").exists() or not folders["campp"].exists():
         raise SystemExit(f"real models missing under {REAL}: run ../shared/real-models/build.sh")
-    sys.path.insert(0, str(folders["campp"]))  # campp_embedding.py
     started, load_start, rows = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), loadavg(), []
     for name in args.embedding.split(","):
         folder = wespeaker_pipeline(RESULTS / "wespeaker-3.1", folders["campp"]) \

@@ -33,6 +33,8 @@ Sections (each skipped when the time budget is spent; JSON is rewritten after ea
               segmentation batch sizes.
 
 Results: $OUT/gpu_benchmark.json and .md when $OUT is set (the device runner), else bench/results/.
+Run from the repository root with the project importable: ``.venv/bin/python`` (``make install``
+installs it), or ``PYTHONPATH=$PWD`` where it is not installed (the GPU machine: bench/README.md).
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 SHAPES = {
     # name: d_model, encoder layers, decoder layers, heads, ffn, mel bins, vocab
@@ -135,7 +136,7 @@ def build_whisper(name: str, device, dtype, attn: str = "sdpa"):
 
 
 def causal_lm_from(model, share: bool = True):
-    """The decoder of ``model`` as a WhisperForCausalLM assistant (what whisper_asr.py loads), sharing
+    """The decoder of ``model`` as a WhisperForCausalLM assistant (what speaker_asr/asr/transcriber.py loads), sharing
     its modules (no copy)."""
     import copy
 
@@ -151,10 +152,8 @@ def causal_lm_from(model, share: bool = True):
 
 
 def encoder_keeps_sdpa(model) -> None:
-    """The endpoint's fix (whisper_speedups.keep_encoder_on_sdpa): the encoder gets its own config,
+    """The endpoint's fix (patches.whisper.keep_encoder_on_sdpa): the encoder gets its own config,
     so generate()'s switch to eager attention for word timestamps leaves it on sdpa."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from speaker_asr.patches.whisper import keep_encoder_on_sdpa
 
     assert keep_encoder_on_sdpa(model), "the model must be on sdpa attention first"
@@ -445,7 +444,6 @@ def synthetic_speech(seconds: float, sr: int = 16000, seed: int = 0):
 def sec_pyannote(args, device, budget) -> dict:
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests"))
     os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
     from speaker_asr.testing.tiny_models import build_pyannote_pipeline
     from pyannote.audio import Pipeline
@@ -472,7 +470,7 @@ def sec_pyannote(args, device, budget) -> dict:
             r["max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         out[f"emb{emb}_seg{seg}"] = r
         log(f"pyannote emb {emb} seg {seg}: {t:.2f} s for {seconds:.0f} s (RTF {t / seconds:.4f})")
-    # the endpoint's fix (diarization_speedups.py): no embedding for silent speaker slots
+    # the endpoint's fix (speaker_asr/patches/diarization.py): no embedding for silent speaker slots
     from speaker_asr.patches.diarization import skip_silent_embeddings
 
     if budget.left() >= 20 and skip_silent_embeddings(pipe):

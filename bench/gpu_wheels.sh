@@ -5,12 +5,14 @@
 # needs them; the Whisper sections run on the image as it is.
 #
 #   bench/gpu_wheels.sh            # here, where pip reaches the package index
+#   WHEEL_DIR=/tmp/whl PYTHON=python3 bench/gpu_wheels.sh   # another folder / interpreter
 #   then on the GPU machine (carry: ["bench/.whl"]):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-#       bench/.whl/*.whl && export PYTHONPATH=/tmp/site
+#       bench/.whl/*.whl && export PYTHONPATH=/tmp/site:$PWD   # $PWD: the repository (speaker_asr)
 set -euo pipefail
 cd "$(dirname "$0")"
 py=${PYTHON:-../.venv/bin/python}
+out=${WHEEL_DIR:-.whl}  # relative to bench/
 pkgs=(
   pyannote.audio==4.0.7 pyannote.core==6.1.0 pyannote.database==6.1.1 pyannote.metrics==4.2.0
   pyannote.pipeline==4.1.0 pyannoteai-sdk==0.4.0 asteroid-filterbanks==0.4.0
@@ -24,10 +26,10 @@ pkgs=(
   opentelemetry-proto==1.45.2
   googleapis-common-protos==1.76.0
 )
-mkdir -p .whl
+mkdir -p "$out"
 for p in "${pkgs[@]}"; do
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform any -d .whl "$p"
+    --platform any -d "$out" "$p"
 done
-du -sh .whl
+du -sh "$out"

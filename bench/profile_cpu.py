@@ -36,9 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (MODELS, PIPELINE, RESULTS, SR, Timers, fmt, get_input, loadavg,  # noqa: E402
-                    machine, normalize, peak_rss_mb, reset_peak_rss, rss_mb, setup_env, wer)
+from common import (MODELS, PIPELINE, RESULTS, SR, Timers, fmt, get_input, loadavg, machine, normalize,
+                    peak_rss_mb, reset_peak_rss, rss_mb, setup_env, wer)
 
 SECTIONS = ("breakdown", "asr", "diar", "concurrency")
 
@@ -78,7 +77,7 @@ def set_model(asr, model) -> None:
 
 
 def encoder_keeps_sdpa(model) -> None:
-    """The endpoint's fix (whisper_speedups.keep_encoder_on_sdpa), applied to a copy of the stock
+    """The endpoint's fix (patches.whisper.keep_encoder_on_sdpa), applied to a copy of the stock
     model: generate() sets the *shared* config to eager attention for word timestamps, so the
     encoder would run eager too; with its own config it stays on sdpa."""
     from speaker_asr.patches.whisper import keep_encoder_on_sdpa

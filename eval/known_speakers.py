@@ -2,7 +2,9 @@
 """Known speakers on real and generated dialogues: do reference clips name the right speakers?
 
 For every file of a part (``--part tuning``: pyannote's two-speaker sample + generated dialogues;
-``--part heldout``: generated dialogues with other seeds and sentences; see generate.py):
+``--part heldout``: generated dialogues with other seeds and sentences, see generate.py;
+``--part original``: the sample + d1-d5; ``--part sample``: the sample alone, in seconds, nothing
+generated):
 
 * each speaker's **reference clip** is cut from the file's first half: that speaker's turns there,
   joined, at most 10 s, at least 2 s (a speaker with less has no clip);
@@ -18,6 +20,12 @@ names nobody. Diarizations and voice vectors are cached (eval/.cache/voices), so
 takes seconds:
 
     .venv/bin/python eval/known_speakers.py --part tuning --thresholds 0.4,0.5,0.6,0.7
+
+The models come from ``--models-dir`` (the kit built by ../shared/real-models/build.sh; its
+``pyannote-campp-3.1`` pipeline brings its own ``campp_embedding.py``, which the pipeline's loader
+makes importable); ``python -m speaker_asr.testing.kit DIR`` builds a tiny random stand-in for it
+(a smoke run: meaningless numbers). The generated parts need espeak-ng and the LibriVox pieces
+that eval/evaluate.py cuts and caches in ``--cache-dir`` on its first run.
 """
 
 from __future__ import annotations
@@ -34,9 +42,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
 
-from data import build_dataset, read_wav  # noqa: E402
+from data import build_dataset, load_sample, read_wav  # eval/ is sys.path[0] when this runs
 
 SR = 16000
 MIN_CLIP_S, MAX_CLIP_S = 2.0, 10.0
@@ -89,7 +96,7 @@ def second_half_truth(f, duration: float) -> dict[str, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", default="tuning", choices=("original", "tuning", "heldout"))
+    ap.add_argument("--part", default="tuning", choices=("sample", "original", "tuning", "heldout"))
     ap.add_argument("--count", type=int, default=24, help="generated dialogues per part")
     ap.add_argument("--thresholds", default=None,
                     help="comma list of similarity thresholds (default: the server's default)")
@@ -105,7 +112,6 @@ def main(argv=None) -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
     pipeline_dir = args.models_dir / "pyannote-campp-3.1"
-    sys.path.insert(0, str(pipeline_dir))
     from speaker_asr.attribution.naming import match_speakers
     from speaker_asr.config import DEFAULT_SPEAKER_MATCH_THRESHOLD
     from speaker_asr.diarization import embeddings as E
@@ -113,8 +119,14 @@ def main(argv=None) -> int:
 
     thresholds = ([float(x) for x in args.thresholds.split(",")] if args.thresholds
                   else [DEFAULT_SPEAKER_MATCH_THRESHOLD])
-    files = build_dataset(args.models_dir, args.cache_dir, None, part=args.part, count=args.count,
-                          log=lambda *a: None)
+
+    def no_transcriber():
+        raise SystemExit(f"the LibriVox pieces are not in {args.cache_dir}: run eval/evaluate.py with "
+                         "the same --cache-dir once (it cuts them, verified with Whisper base)")
+
+    files = [load_sample(args.models_dir)] if args.part == "sample" else build_dataset(
+        args.models_dir, args.cache_dir, no_transcriber, part=args.part, count=args.count,
+        log=lambda *a: None)
     source = "".join((ROOT / p).read_text() for p in (
         "speaker_asr/diarization/embeddings.py", "speaker_asr/diarization/pipeline.py"))
     code_sha = hashlib.sha256(source.encode()).hexdigest()[:12]

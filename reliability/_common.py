@@ -1,14 +1,14 @@
 """Shared by the reliability scripts: paths, a local server with the tiny models, percentiles,
 RSS, and the summary line / JSON result every script ends with.
 
-The project and its test helpers are imported from here, never modified.
+The scripts import it as ``_common`` (their own folder is ``sys.path[0]`` when they run) and the
+project (``speaker_asr``, installed editable by ``make install``) read-only.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -70,38 +70,9 @@ def tiny_models(work: Path) -> dict[str, Path]:
     return paths
 
 
-class LocalServer:
+def local_server(work: Path, **env_overrides: str):
     """``python -m speaker_asr serve`` on 127.0.0.1 with the tiny random models (built once into
-    ``work``), through tests/test_server.py's ServerProcess and server_env."""
+    ``work``; log in ``work/load-server.log``): speaker_asr/testing/server.py's ServerProcess."""
+    from speaker_asr.testing.server import ServerProcess, tiny_env
 
-    def __init__(self, work: Path, **env_overrides: str):
-        from test_server import ServerProcess, server_env
-
-        tiny = tiny_models(work)
-        self.process = ServerProcess("load-server", server_env(tiny, **env_overrides), work)
-        self.url = self.process.url
-
-    def wait_ready(self, timeout: float = 300) -> float:
-        """Seconds until /health said 200; raises when the process exits or time runs out."""
-        import requests
-
-        started = time.monotonic()
-        http = requests.Session()
-        http.trust_env = False
-        while time.monotonic() - started < timeout:
-            if self.process.proc.poll() is not None:
-                raise RuntimeError(f"the server exited ({self.process.proc.returncode}):\n"
-                                   f"{self.process.log()[-3000:]}")
-            try:
-                if http.get(self.url + "/health", timeout=5).status_code == 200:
-                    return time.monotonic() - started
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the server was not ready after {timeout} s:\n{self.process.log()[-3000:]}")
-
-    def log(self) -> str:
-        return self.process.log()
-
-    def stop(self) -> None:
-        self.process.stop()
+    return ServerProcess("load-server", tiny_env(tiny_models(work), PYTHONUNBUFFERED="1", **env_overrides), work)

@@ -1,4 +1,4 @@
-"""Seeded fuzzing of ``audio_decode.decode_audio``: random bytes and mutated audio files.
+"""Seeded fuzzing of ``speaker_asr.audio.decode.decode_audio``: random bytes and mutated audio files.
 
     python reliability/fuzz_decoder.py --inputs 2000 --seed 0 [--workers 2] [--save DIR]
 

@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from _common import SR, LocalServer, finish, percentile
+from _common import SR, finish, local_server, percentile
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -308,15 +308,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         max_body, max_audio = 1_000_000, 30.0
         work = args.work or Path(tempfile.gettempdir()) / "asr-reliability"
-        server = LocalServer(work, MAX_BODY_BYTES=str(max_body), MAX_AUDIO_SECONDS=str(int(max_audio)),
-                             LOG_LEVEL="info")
+        server = local_server(work, MAX_BODY_BYTES=str(max_body), MAX_AUDIO_SECONDS=str(int(max_audio)),
+                              LOG_LEVEL="info")
         url = server.url
-        print(f"started {url}: ready after {server.wait_ready():.1f} s (log {server.process.log_path})", flush=True)
+        print(f"started {url}: ready after {server.wait_ready():.1f} s (log {server.log_path})", flush=True)
     try:
         jobs = build_jobs(args.requests, args.seed, max_body, max_audio)
         result = run_load(url, jobs, args.timeout)
         if server is not None:
-            result["server_alive"] = server.process.proc.poll() is None
+            result["server_alive"] = server.proc.poll() is None
             result["server_log_has_traceback"] = "Traceback" in server.log()
     finally:
         if server is not None:

@@ -160,16 +160,15 @@ T0 = time.perf_counter()
 def load_handler(models: str, work: Path):
     from speaker_asr.config import ModelSettings
     from speaker_asr.endpoint import EndpointHandler
+    from speaker_asr.testing.tiny_models import TINY_MAX_NEW_TOKENS
 
-    if models == "real":
-        if str(REAL_PIPELINE) not in sys.path:
-            sys.path.insert(0, str(REAL_PIPELINE))  # campp_embedding.py must be importable
+    if models == "real":  # the pipeline's loader makes its folder's campp_embedding.py importable
         settings = ModelSettings(asr_model=str(REAL_ASR), assistant_model=None,
                                  diarization_model=str(REAL_PIPELINE))
     else:
         tiny = tiny_models(work)
         settings = ModelSettings(asr_model=str(tiny["whisper.en"]), assistant_model=None,
-                                 diarization_model=str(tiny["pyannote"]), max_new_tokens=24)
+                                 diarization_model=str(tiny["pyannote"]), max_new_tokens=TINY_MAX_NEW_TOKENS)
     return EndpointHandler(settings=settings)
 
 

@@ -3,10 +3,12 @@
     python reliability/run_all.py                          # matrix, fuzz 2000, load 50, long audio 10 min
     python reliability/run_all.py --long-minutes 60 --fuzz-inputs 5000
     python reliability/run_all.py --skip long              # any of: matrix fuzz load long
+    python reliability/run_all.py --matrix-args "-k empty-body" --fuzz-inputs 20 --load-requests 4 \
+        --long-minutes 0.25 --long-args "--models tiny"    # every step, in about a minute
 
 Runs, each in its own process with a time limit:
 
-1. ``pytest tests/test_reliability.py`` -- the bad-input matrix, concurrency and token checks;
+1. ``pytest tests/serving/test_reliability.py`` -- the bad-input matrix, concurrency and token checks;
 2. ``fuzz_decoder.py`` -- random and mutated bytes through the decoder;
 3. ``load.py`` -- concurrent mixed requests against a local server with the tiny models;
 4. ``long_audio.py`` -- N minutes end to end through the handler (real models when present).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -50,10 +53,14 @@ def run(cmd: list[str], limit_s: float) -> tuple[Optional[int], float, str]:
     return proc.returncode, time.perf_counter() - started, output
 
 
-def matrix(work: Path, limit_s: float) -> dict[str, Any]:
+MATRIX_TESTS = "tests/serving/test_reliability.py"
+
+
+def matrix(work: Path, limit_s: float, pytest_args: list[str]) -> dict[str, Any]:
     report = work / "matrix.xml"
+    report.unlink(missing_ok=True)
     code, seconds, output = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                 "tests/test_reliability.py", f"--junitxml={report}"], limit_s)
+                                 MATRIX_TESTS, f"--junitxml={report}", *pytest_args], limit_s)
     result: dict[str, Any] = {"returncode": code, "seconds": seconds}
     if report.exists():
         cases = ET.parse(report).getroot().iter("testcase")
@@ -94,6 +101,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--load-requests", type=int, default=50)
     parser.add_argument("--long-minutes", default="10", help="long_audio.py --minutes (comma list allowed)")
     parser.add_argument("--long-args", default="", help="more long_audio.py options, e.g. '--models tiny'")
+    parser.add_argument("--matrix-args", default="", help="more pytest options for the matrix, e.g. '-k empty-body'")
     parser.add_argument("--skip", action="append", default=[], choices=STEPS)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "asr-reliability")
     parser.add_argument("--json", help="write every result here")
@@ -102,7 +110,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     results: dict[str, Any] = {}
     if "matrix" not in args.skip:
-        results["matrix"] = matrix(args.work, 15 * 60)
+        results["matrix"] = matrix(args.work, 15 * 60, shlex.split(args.matrix_args))
     if "fuzz" not in args.skip:
         results["fuzz"] = script("fuzz_decoder", [f"--inputs={args.fuzz_inputs}", f"--seed={args.fuzz_seed}",
                                                   f"--save={args.work / 'fuzz-findings'}"], args.work, 60 * 60)
@@ -111,14 +119,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                                  args.work, 30 * 60)
     if "long" not in args.skip:
         results["long"] = script("long_audio", [f"--minutes={args.long_minutes}", f"--work={args.work}",
-                                                *args.long_args.split()], args.work, 4 * 60 * 60)
+                                                *shlex.split(args.long_args)], args.work, 4 * 60 * 60)
 
     print("\nreliability summary", flush=True)
     ok = True
     if "matrix" in results:
         m = results["matrix"]
         if "tried" in m:
-            print(f"  bad-input matrix + concurrency + token (tests/test_reliability.py): cases tried {m['tried']}, "
+            print(f"  bad-input matrix + concurrency + token ({MATRIX_TESTS}): cases tried {m['tried']}, "
                   f"passed {m['passed']}, xfailed {m['xfailed']}, failed {m['failed']}"
                   + (f" {m['failed_cases']}" if m["failed_cases"] else "") + f" ({m['seconds']:.0f} s)")
             ok &= m["failed"] == 0

@@ -14,7 +14,7 @@ diarized_json, srt, vtt, rttm, txt). Text formats (srt, vtt, rttm, txt) are writ
 itself (the response's ``content``), JSON formats as indented JSON. ``--output PATH`` writes a
 file; ``--output-dir DIR`` (or ``--output`` naming a directory) writes ``<audio stem>.<ext>``
 there, and takes several formats at once (``--format srt,vtt,json``: one transcription, each
-format rendered from it). ``serve`` runs the HTTP server (see server.py and docs/serving.md).
+format rendered from it). ``serve`` runs the HTTP server (see speaker_asr/serving/app.py and docs/serving.md).
 
 Exit codes: 0 done; 2 bad arguments, unreadable file or a request the handler refuses (the
 message is printed on stderr); 1 the models could not be loaded or another error.

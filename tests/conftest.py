@@ -32,6 +32,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running, run on demand")
     config.addinivalue_line("markers", "subprocess: starts the server or the command line as a process "
                                        "(seconds each); -m 'not subprocess' for a quick pass")
+    config.addinivalue_line("markers", "scripts: a smoke run of a script in bench/, eval/ or reliability/ "
+                                       "(tests/scripts/; -m scripts runs only them)")
+    config.addinivalue_line("markers", "heavy: a smoke run of a minute or more; make test leaves it out, "
+                                       "make test-all (make test-scripts) runs it")
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,6 @@ import base64
 import io
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,13 +14,15 @@ import numpy as np
 import pytest
 import requests
 
+from speaker_asr.testing import server as testing_server
+from speaker_asr.testing.server import free_port, tiny_env  # noqa: F401 (tests import them from here)
+from speaker_asr.testing.tiny_models import TINY_MAX_NEW_TOKENS  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REAL_MODELS = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
 SHARED_AUDIO = ROOT.parent / "shared" / "audio"
 SAMPLE_RATE = 16_000
-# generation cap for random weights: keeps every test fast
-TINY_MAX_NEW_TOKENS = 24
 
 
 def tiny_settings(tiny_models, **overrides):
@@ -65,12 +64,6 @@ REQUEST_TIMEOUT_S = 180
 SEEN_RESPONSES: list[str] = []
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def session() -> requests.Session:
     s = requests.Session()
     s.trust_env = False  # no proxy for 127.0.0.1
@@ -86,16 +79,12 @@ def record(response: requests.Response) -> requests.Response:
     return response
 
 
-class ServerProcess:
+class ServerProcess(testing_server.ServerProcess):
+    """The server process (speaker_asr/testing/server.py) with recorded requests and a /health
+    wait that fails the test."""
+
     def __init__(self, name: str, env: dict, log_dir: Path):
-        self.name = name
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / f"{name}.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        super().__init__(name, env, log_dir)
         self.health_log: list[tuple[int, dict]] = []
 
     def get(self, path: str, **kwargs) -> requests.Response:
@@ -122,29 +111,10 @@ class ServerProcess:
         pytest.fail(f"{self.name} server: no answer in {timeout} s; health: {self.health_log[-3:]}\n"
                     f"{self.log()[-4000:]}")
 
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
-
 
 def server_env(tiny_models, **overrides) -> dict:
-    env = dict(os.environ)
-    env.update(
-        ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
-        DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
-        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
-        TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN, MAX_BODY_BYTES=str(MAX_BODY),
-        LOG_LEVEL="info", PYTHONUNBUFFERED="1")
+    env = tiny_env(tiny_models, HF_TOKEN=FAKE_TOKEN, MAX_BODY_BYTES=str(MAX_BODY), LOG_LEVEL="info",
+                   PYTHONUNBUFFERED="1")
     env.pop("HOST", None)
     env.pop("PORT", None)
     env.update(overrides)
@@ -171,10 +141,4 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 def cli_env(tiny_models, **overrides) -> dict:
-    env = dict(os.environ)
-    env.update(ASR_MODEL=str(tiny_models["whisper"]), ASSISTANT_MODEL=str(tiny_models["assistant"]),
-               DIARIZATION_MODEL=str(tiny_models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
-               TOKENIZERS_PARALLELISM="false", HF_TOKEN=FAKE_TOKEN)
-    env.update(overrides)
-    return env
+    return tiny_env(tiny_models, HF_TOKEN=FAKE_TOKEN, **overrides)

@@ -1,4 +1,4 @@
-"""Which transformers the suite runs under: the compatibility pass of `make test` puts
+"""Which transformers the suite runs under: the compatibility pass (`make test-compat`) puts
 transformers 4.51 (the Inference Endpoints toolkit's pin) first and must really get it."""
 
 import os

@@ -3,7 +3,6 @@
 
 import base64
 import re
-import sys
 
 import pytest
 
@@ -44,8 +43,7 @@ def real_handler(asr, **extra):
     from speaker_asr.config import ModelSettings
     from speaker_asr.endpoint import EndpointHandler
 
-    if str(PIPELINE) not in sys.path:
-        sys.path.insert(0, str(PIPELINE))  # campp_embedding.py must be importable
+    # the pipeline's own campp_embedding.py: its loader makes the folder's modules importable
     return EndpointHandler(settings=ModelSettings(asr_model=str(REAL_MODELS / asr),
                                                   diarization_model=str(PIPELINE), **extra))
 

@@ -48,7 +48,7 @@ def test_both_files_agree_on_everything_else():
 
 def test_transformers_releases_allowed_are_the_tested_ones():
     """4.51.3 (the image's), 4.57.x (the newest 4.x) everywhere; 5.x needs torch >= 2.6 and breaks
-    the image's own server, so only requirements-pyannote4.txt allows it (make test runs each)."""
+    the image's own server, so only requirements-pyannote4.txt allows it (make test-all runs each)."""
     image, modern = _read("requirements.txt"), _read("requirements-pyannote4.txt")
     for version in ("4.51.3", "4.57.6"):
         assert Version(version) in image["transformers"].specifier

@@ -6,9 +6,12 @@ torch and pyannote are imported inside the functions that need them.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import inspect
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -52,6 +55,33 @@ def _local_pipeline_path(model: str) -> Optional[Path]:
     if model.endswith((".yaml", ".yml")) or model.startswith((".", "/", "~")):
         raise RuntimeError(f"DIARIZATION_MODEL={model}: no such file or folder")
     return None
+
+
+class _FolderModules(importlib.abc.MetaPathFinder):
+    """Finds top-level modules in one folder, asked after every other finder."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None:  # a submodule: its package's own finder looks
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, [str(self.folder)])
+
+
+def use_folder_modules(folder: Path) -> None:
+    """Make the Python modules in a local pipeline ``folder`` importable by name.
+
+    A pipeline folder may ship the code of its own models: the kit's CAM++ pipeline holds
+    ``campp_embedding.py``, and its embedding checkpoint names the module ``campp_embedding``,
+    which pyannote imports while loading. Instead of the folder on ``sys.path`` or ``PYTHONPATH``,
+    a finder for it goes last on ``sys.meta_path``: a module is taken from the folder only when
+    nothing installed has that name, and only when something imports it. The code runs with the
+    same trust as the folder's checkpoints (a local path the deployment chose; never for hub ids).
+    :func:`load_diarization_pipeline` does this for every local folder; it is idempotent."""
+    folder = Path(folder).resolve()
+    if not any(isinstance(f, _FolderModules) and f.folder == folder for f in sys.meta_path):
+        sys.meta_path.append(_FolderModules(folder))
 
 
 def pyannote3_config(path: Path) -> str:
@@ -99,12 +129,17 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
                               speedups: bool = True):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
     file; on ``device``, with the speed fixes of :mod:`speaker_asr.patches.diarization` (through
-    the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false. Fails with a message naming what to accept and set -- never the token."""
+    the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false.
+    A local folder's own Python modules (the yaml file's folder's) are importable while and after
+    it loads (:func:`use_folder_modules`). Fails with a message naming what to accept and set --
+    never the token."""
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 
     local = _local_pipeline_path(model)
     source = str(local) if local else model
+    if local is not None:
+        use_folder_modules(local if local.is_dir() else local.parent)
     if local is not None and pyannote_major() < 4:
         source = pyannote3_config(local)
     params = inspect.signature(Pipeline.from_pretrained).parameters

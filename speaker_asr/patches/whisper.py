@@ -1,7 +1,7 @@
 """Output-preserving speed fixes for transformers' Whisper, applied to one loaded model instance.
 
 They were found by profiling (bench/profile_cpu.py, results in bench/profile_results.md) and change
-no token, text or word time; tests/test_speedups.py compares against the stock code paths.
+no token, text or word time; tests/patches/test_whisper_patches.py compares against the stock code paths.
 
 * ``keep_encoder_on_sdpa``: for word timestamps transformers 5's ``generate()`` sets
   ``model.model.config._attn_implementation = "eager"`` (the DTW needs the decoder's

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 NUM_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
+# generation cap for random weights (MAX_NEW_TOKENS): keeps every run on these models fast
+TINY_MAX_NEW_TOKENS = 24
 # openai/whisper-large-v3's generation_config.json: 10 of its 32 x 20 decoder heads
 LARGE_V3_ALIGNMENT_HEADS = [[7, 0], [10, 17], [12, 18], [13, 12], [16, 1], [17, 14], [19, 11],
                             [21, 4], [24, 1], [25, 6]]
@@ -207,13 +209,16 @@ def _save_pyannote_checkpoint(model, path: Path) -> None:
     torch.save(checkpoint, path)
 
 
-def build_pyannote_pipeline(out: Path, *, seed: int = 0) -> Path:
-    """A speaker-diarization-3.1-style pipeline folder with random PyanNet segmentation, random
-    WeSpeakerResNet34 embedding and a local PLDA (identity transforms): fully offline."""
+def build_pyannote_pipeline(out: Path, *, seed: int = 0, embedding: str = "resnet34") -> Path:
+    """A speaker-diarization-3.1-style pipeline folder with random PyanNet segmentation, a random
+    embedding -- WeSpeakerResNet34 (the 3.1 recipe's), or with ``embedding="xvector"`` the much
+    cheaper XVectorMFCC -- and a local PLDA (identity transforms): fully offline."""
+    import warnings
+
     import torch
     import yaml
     from pyannote.audio.core.task import Problem, Resolution, Specifications
-    from pyannote.audio.models.embedding import WeSpeakerResNet34
+    from pyannote.audio.models.embedding import WeSpeakerResNet34, XVectorMFCC
     from pyannote.audio.models.segmentation import PyanNet
 
     torch.manual_seed(seed)
@@ -230,7 +235,14 @@ def build_pyannote_pipeline(out: Path, *, seed: int = 0) -> Path:
     segmentation.eval()
     _save_pyannote_checkpoint(segmentation, out / "segmentation" / "pytorch_model.bin")
 
-    embedding = WeSpeakerResNet34().eval()
+    if embedding == "xvector":
+        with warnings.catch_warnings():  # torchaudio: "At least one mel filterbank has all zero values"
+            warnings.simplefilter("ignore", UserWarning)
+            embedding = XVectorMFCC().eval()
+    elif embedding == "resnet34":
+        embedding = WeSpeakerResNet34().eval()
+    else:
+        raise ValueError(f"embedding: resnet34 or xvector, not {embedding!r}")
     embedding.specifications = Specifications(
         problem=Problem.REPRESENTATION, resolution=Resolution.CHUNK, duration=10.0,
         classes=None)

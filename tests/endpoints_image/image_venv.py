@@ -109,7 +109,7 @@ def cold_start(venv: Path) -> None:
         install = entrypoint_install(fresh)
         env = {"HF_TASK": "automatic-speech-recognition", "ASR_MODEL": str(real / "whisper-tiny.en"),
                "ASSISTANT_MODEL": "", "DIARIZATION_MODEL": str(pipeline)}
-        with toolkit_server(env, python=str(fresh / "bin" / "python"), extra_pythonpath=(str(pipeline),)):
+        with toolkit_server(env, python=str(fresh / "bin" / "python")):
             total = time.perf_counter() - started
         shutil.rmtree(fresh, ignore_errors=True)
     print(f"cold start: {total:.1f} s from container start to /health 200 "

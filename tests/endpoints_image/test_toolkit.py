@@ -151,7 +151,8 @@ def test_real_models_two_speaker_sample():
     reference = [line.split(maxsplit=5)[-1] for line in (REAL / "audio" / "sample.stm").read_text().splitlines()
                  if line.strip() and not line.startswith(";;")]
     expected = {w.strip(".,?!").lower() for line in reference for w in line.split()}
-    with toolkit_server(env, extra_pythonpath=(str(pipeline),)) as url:
+    # the pipeline's campp_embedding.py: importable through its loader, nothing on PYTHONPATH
+    with toolkit_server(env) as url:
         body = requests.post(url, json={"inputs": base64.b64encode(audio).decode(),
                                         "parameters": {"return_word_timestamps": True}}, timeout=600).json()
         via_client = inference_client(url, "audio/wav", REAL / "audio" / "sample.wav")

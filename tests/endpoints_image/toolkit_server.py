@@ -66,8 +66,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log: Path) ->
 
 
 @contextlib.contextmanager
-def toolkit_server(env: dict[str, Optional[str]], python: str = sys.executable,
-                   extra_pythonpath: tuple[str, ...] = (), timeout: float = 600,
+def toolkit_server(env: dict[str, Optional[str]], python: str = sys.executable, timeout: float = 600,
                    model_dir: Optional[Path] = None) -> Iterator[str]:
     """Yield the base URL of the toolkit serving this repository. ``env`` sets (or, with None,
     unsets) variables such as HF_TASK and the handler's ASR_MODEL / DIARIZATION_MODEL."""
@@ -80,7 +79,7 @@ def toolkit_server(env: dict[str, Optional[str]], python: str = sys.executable,
         run_env = dict(os.environ)
         inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         run_env.update({"HF_MODEL_DIR": str(repo), "PYTHONUNBUFFERED": "1",
-                        "PYTHONPATH": os.pathsep.join([*inherited, *extra_pythonpath, str(TOOLKIT_SRC)]),
+                        "PYTHONPATH": os.pathsep.join([*inherited, str(TOOLKIT_SRC)]),
                         "HF_HUB_OFFLINE": "1", "PYANNOTE_METRICS_ENABLED": "false"})
         for key, value in env.items():
             if value is None:

@@ -1,4 +1,4 @@
-"""The speed fixes in whisper_speedups.py change nothing a user sees: same tokens, text and word
+"""The speed fixes in speaker_asr/patches/whisper.py change nothing a user sees: same tokens, text and word
 times as transformers' stock code, in plain, chunked and assisted decoding."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reliability: bad input, concurrency and the token, against one live server.
 
-One ``python -m speaker_asr serve`` subprocess (the helpers of test_server.py) with tiny random models and
+One ``python -m speaker_asr serve`` subprocess (the helpers of tests/helpers.py) with tiny random models and
 small limits (MAX_BODY_BYTES=300 000, MAX_AUDIO_SECONDS=5) answers:
 
 * a table of bad or odd inputs, one test id each, every one with its exact outcome: a 4xx whose
@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import threading
 import time
-import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ import requests
 
 from helpers import (FAKE_TOKEN, SAMPLE_RATE, ServerProcess, b64, check_error, encode,
                      parse_metrics, record, server_env, session, tone)
+from speaker_asr.testing.tiny_models import build_pyannote_pipeline
 
 # every test here starts the server (or the command line) as a process
 pytestmark = pytest.mark.subprocess
@@ -52,29 +51,6 @@ SEEN: list[str] = []
 # --------------------------------------------------------------------------- the server
 
 
-def build_fast_pyannote(src: Path, out: Path) -> Path:
-    """The tiny pipeline folder ``src`` with a random XVectorMFCC embedding (and a PLDA transform
-    of its size)."""
-    import torch
-    from pyannote.audio.core.task import Problem, Resolution, Specifications
-    from pyannote.audio.models.embedding import XVectorMFCC
-
-    from speaker_asr.testing.tiny_models import _save_pyannote_checkpoint
-
-    shutil.copytree(src, out)
-    torch.manual_seed(0)
-    with warnings.catch_warnings():  # torchaudio: "At least one mel filterbank has all zero values"
-        warnings.simplefilter("ignore", UserWarning)
-        embedding = XVectorMFCC().eval()
-    embedding.specifications = Specifications(problem=Problem.REPRESENTATION,
-                                              resolution=Resolution.CHUNK, duration=10.0, classes=None)
-    _save_pyannote_checkpoint(embedding, out / "embedding" / "pytorch_model.bin")
-    dim, lda_dim = embedding.dimension, 128
-    np.savez(out / "plda" / "xvec_transform.npz", mean1=np.zeros(dim), mean2=np.zeros(lda_dim),
-             lda=np.eye(dim)[:, :lda_dim])
-    return out
-
-
 def reliability_env(tiny_models, pyannote: Path, **overrides) -> dict:
     return server_env(tiny_models, ASSISTANT_MODEL="", DIARIZATION_MODEL=str(pyannote),
                       MAX_BODY_BYTES=str(MAX_BODY), MAX_AUDIO_SECONDS=str(MAX_AUDIO_S), **overrides)
@@ -83,7 +59,7 @@ def reliability_env(tiny_models, pyannote: Path, **overrides) -> dict:
 @pytest.fixture(scope="module")
 def srv(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("reliability")
-    pyannote = build_fast_pyannote(tiny_models["pyannote"], root / "pyannote-xvector")
+    pyannote = build_pyannote_pipeline(root / "pyannote-xvector", embedding="xvector")  # a cheap embedding
     server = ServerProcess("reliability", reliability_env(tiny_models, pyannote), root)
     try:
         server.wait_health(lambda status, body: status == 200)

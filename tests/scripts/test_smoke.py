@@ -1,0 +1,191 @@
+"""Smoke runs of the scripts in bench/, eval/ and reliability/: each runs as a user runs it
+(``python bench/benchmark.py ...`` from the repository root, its own process), on the tiny random stand-in
+for the real-models kit (speaker_asr/testing/kit.py, through ``REAL_MODELS_DIR`` /
+``--models-dir``) and a few short inputs, and must exit 0 and print its table or summary.
+The numbers mean nothing (random weights); that the scripts run is what is checked.
+
+Not smoke-run here: eval/evaluate.py and eval/algorithms.py (being rewritten; their own checks are
+eval/test_eval.py). eval/data.py, eval/generate.py, eval/metrics.py, bench/common.py and
+reliability/_common.py are modules the scripts import, not scripts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.scripts]
+# a minute or more on a busy 2-core machine: make test-all runs these, make test leaves them out
+heavy = pytest.mark.heavy
+
+TIMEOUT_S = 400
+
+
+@pytest.fixture(scope="session")
+def kit(tmp_path_factory) -> Path:
+    from speaker_asr.testing.kit import build_kit
+
+    return build_kit(tmp_path_factory.mktemp("kit") / "real-models")
+
+
+@pytest.fixture
+def env(kit, tmp_path) -> dict:
+    """The scripts' environment: this checkout's speaker_asr first (wherever an editable install
+    points), the stand-in kit as the real models, outputs in tmp_path, offline."""
+    env = dict(os.environ)
+    env.pop("OUT", None)  # the device runner's output folder: gpu_benchmark.py would write there
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
+               REAL_MODELS_DIR=str(kit), SHARED_AUDIO_DIR=str(kit / "audio"),
+               BENCH_RESULTS_DIR=str(tmp_path / "bench-results"), BENCH_DATA_DIR=str(tmp_path / "bench-data"),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
+               # one thread each: on a busy 2-core machine that is several times faster than two
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+def run(command: list[str], env: dict, timeout: float = TIMEOUT_S) -> str:
+    """Run ``command`` from the repository root; its stdout (stderr in the failure message)."""
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (f"{' '.join(command[:3])} exited {proc.returncode}\n--- stdout\n"
+                                  f"{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of the markdown table under ``header`` (its first line, given whole)."""
+    lines = text.splitlines()
+    assert header in lines, f"no table {header!r} in:\n{text[-3000:]}"
+    rows = []
+    for line in lines[lines.index(header) + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+# --------------------------------------------------------------------------- bench/
+
+
+def test_benchmark(env, tmp_path):
+    """A worker for the handler (base, multilingual, with its assistant: assisted="auto", whose
+    policy is timed first) and one for faster-whisper (requirements-scripts.txt installs it), side
+    by side; without faster-whisper the script says so and leaves its row out."""
+    fw = importlib.util.find_spec("faster_whisper") is not None
+    out = run([sys.executable, "bench/benchmark.py", "--models", "base", "--inputs", "8s", "--modes", "auto,fw",
+               "--threads", "1", "--no-results-md", "--timeout", "300"], env)
+    rows = table_rows(out, "| input | dur s | model | mode | decode s | ASR s | diar s | align s | e2e s | RTF "
+                           "| ASR ours/fw | WER | peak RSS MB | RSS over loaded MB |")
+    assert [r[:3] for r in rows] == [["8s", "8.3", "base"]] * (2 if fw else 1), out
+    assert re.fullmatch(r"auto \((assisted|plain)\)", rows[0][3]) and float(rows[0][8]) > 0, out  # not an error row
+    if fw:
+        assert rows[1][3] == "faster-whisper int8" and float(rows[0][10]) > 0, out  # ASR ours/fw
+    else:
+        assert "faster-whisper not installed" in out, out
+    assert json.loads(next((tmp_path / "bench-results").glob("benchmark-*.json")).read_text())["results"]
+
+
+@heavy
+def test_profile_cpu(env, tmp_path):
+    out = run([sys.executable, "bench/profile_cpu.py", "--models", "tiny.en", "--input", "8s", "--repeats", "1",
+               "--threads", "1"], env)
+    for title in ("Breakdown at 1 thread(s).", "ASR variants (word timestamps on, 8s)", "Diarization variants (8s)",
+                  "ASR + diarization (8s)"):
+        assert title in out, out
+    variants = table_rows(out, "| variant | median s | ratio | WER | same text | word start drift mean / max s "
+                               "| peak RSS + MB |")
+    assert {"encoder kept on sdpa (decoder eager)", "int8 dynamic Linear", "bfloat16"} <= {r[0] for r in variants}
+    # the speed fixes keep the text: the claim profile_cpu.py exists to check
+    assert all(r[4] == "True" for r in variants if not r[0].startswith(("int8", "bfloat16"))), variants
+    diar = table_rows(out, "| variant | median s | ratio | peak RSS + MB | same turns |")
+    assert len(diar) >= 5 and all(r[-1] == "True" for r in diar), diar  # batch sizes and threads keep the turns
+    assert list((tmp_path / "bench-results").glob("profile-*.md"))
+
+
+def test_diarization_bench(env):
+    out = run([sys.executable, "bench/diarization_bench.py", "--inputs", "8s", "--embedding", "wespeaker,campp",
+               "--threads", "1"], env)
+    rows = table_rows(out, "| embedding | input | dur s | pyannote settings s | RTF | ours s | RTF | ours / pyannote "
+                           "| same turns |")
+    assert [(r[0], r[1]) for r in rows] == [("wespeaker", "8s"), ("campp", "8s")], out
+    assert [r[-1] for r in rows] == ["True", "True"], out  # the speed fixes keep pyannote's turns
+
+
+@heavy
+def test_gpu_benchmark_smoke(env, tmp_path):
+    run([sys.executable, "bench/gpu_benchmark.py", "--smoke", "--device", "cpu", "--tokens", "4", "--iters", "1",
+         "--batch-sizes", "2", "--pyannote-seconds", "10", "--out", str(tmp_path)], env)
+    doc = json.loads((tmp_path / "gpu_benchmark-smoke.json").read_text())
+    assert doc["errors"] == {} and set(doc["results"]) == {"endpoint", "pyannote"}, doc
+    assert "smoke shapes" in (tmp_path / "gpu_benchmark-smoke.md").read_text()
+
+
+@heavy
+def test_word_timestamp_memory(env, tmp_path):
+    out = run([sys.executable, "bench/word_timestamp_memory.py", "--batches", "1", "--tokens", "4",
+               "--d-model", "80", "--encoder-layers", "1", "--out", str(tmp_path)], env)
+    rows = table_rows(out, "| batch | plain: peak (above the model) | words: peak (above the model) | words add | "
+                           "stock words add |")
+    assert len(rows) == 1 and rows[0][0] == "1" and re.fullmatch(r"\d+ MB \(-?\d+ MB\)", rows[0][1]), rows
+    assert (tmp_path / "word_timestamp_memory.md").read_text().strip() in out
+
+
+def test_gpu_wheels(env, tmp_path):
+    """The download script with a stand-in for pip (the real one needs the package index): it
+    asks for every pinned wheel for the GPU image's Python and reports the folder."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/usr/bin/env bash\necho "$*" >> "$FAKE_PIP_LOG"\n'
+                    'while [ $# -gt 1 ]; do [ "$1" = -d ] && touch "$2/${!#}.whl"; shift; done\n')
+    fake.chmod(0o755)
+    wheels, log = tmp_path / "whl", tmp_path / "pip.log"
+    out = run(["bash", "bench/gpu_wheels.sh"], dict(env, PYTHON=str(fake), WHEEL_DIR=str(wheels),
+                                                   FAKE_PIP_LOG=str(log)), timeout=60)
+    calls = log.read_text().splitlines()
+    assert len(calls) >= 20 and all(c.startswith("-m pip download") and "--python-version 3.12" in c
+                                    for c in calls), calls
+    assert "pyannote.audio==4.0.7.whl" in os.listdir(wheels) and len(os.listdir(wheels)) == len(calls)
+    assert str(wheels) in out
+
+
+# --------------------------------------------------------------------------- eval/
+
+
+def test_known_speakers(env, kit, tmp_path):
+    out = run([sys.executable, "eval/known_speakers.py", "--part", "sample", "--models-dir", str(kit),
+               "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")], env)
+    summary = table_rows(out, "| threshold | files all right | names right | wrong | missed | strangers named |")
+    assert [r[0] for r in summary] == ["0.6"], out
+    files = table_rows(out, "| file | speakers | clips | right | wrong | missed | stranger named | purity "
+                            "| similarities |")
+    assert [r[:3] for r in files] == [["sample", "2", "2"]], out  # both voices got a clip
+    assert (tmp_path / "out" / "sample.md").read_text() == out.rstrip("\n") + "\n"
+
+
+# --------------------------------------------------------------------------- reliability/
+
+
+@heavy
+def test_reliability_run_all(env, tmp_path):
+    """run_all.py runs each of the other reliability scripts (load.py, fuzz_decoder.py,
+    long_audio.py) as its own process, echoes its summary line, then sums them up."""
+    out = run([sys.executable, "reliability/run_all.py", "--work", str(tmp_path), "--matrix-args", "-k empty-body",
+               "--fuzz-inputs", "24", "--load-requests", "5", "--long-minutes", "0.25",
+               "--long-args", "--models real --limit-minutes 5", "--json", str(tmp_path / "all.json")], env)
+    assert re.search(r"^  load: sent=5 ok=3 4xx=2 5xx=0 lost=0 mismatched=0 ", out, re.M), out
+    assert re.search(r"^  fuzz_decoder: inputs=24 .* crashes=0 bad_outputs=0 hard_crashes=0 timeouts=0", out, re.M), out
+    assert re.search(r"^  long_audio: minutes=0.25 models=real .* words=\d+ speakers=\d+", out, re.M), out
+    summary = out[out.index("reliability summary"):]
+    assert "tests/serving/test_reliability.py): cases tried 3, passed 3, xfailed 0, failed 0" in summary, summary
+    assert "concurrent load: sent 5, ok 3, 4xx 2, 5xx 0, lost 0, mismatched 0" in summary, summary
+    assert "decoder fuzz: inputs 24 (seed 0), crashes 0" in summary and "long audio 0.25 min (real models" in summary
+    assert summary.rstrip().endswith("overall: ok"), summary
+    assert set(json.loads((tmp_path / "all.json").read_text())) == {"matrix", "fuzz", "load", "long"}
