@@ -36,6 +36,7 @@ chunk's speaker.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import subprocess
 import sys
 import tempfile
@@ -166,8 +167,9 @@ def ours(rules: Optional[frozenset] = None) -> Callable:
 
 def load_before(rev: str, regular: bool = False) -> Callable:
     """The runner of the endpoint's attribution at git revision ``rev`` (its attribution module
-    loaded from git into a module of its own): tidied word times, then ``attribute_words`` on the
-    exclusive turns, as the endpoint did then (on the regular turns with ``regular``)."""
+    loaded from git into a module of its own). Before issue 22: tidied word times, then
+    ``attribute_words`` on the exclusive turns, as the endpoint did then (on the regular turns
+    with ``regular``); since: ``attribute_words`` with both kinds of turns, as ``ours``."""
     source = subprocess.run(["git", "show", f"{rev}:speaker_asr/attribution/speakers.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
     path = Path(tempfile.mkdtemp(prefix="attribution-before-")) / "speakers_before.py"
@@ -176,7 +178,12 @@ def load_before(rev: str, regular: bool = False) -> Callable:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
+    both = "exclusive" in inspect.signature(module.attribute_words).parameters  # issue 22 and later
+
     def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
+        if both:  # the attribution takes both kinds of turns: as ``ours`` runs it
+            return _word_tokens(module.attribute_words(_pieces(words, duration), diar.turns,
+                                                       diar.own_exclusive))
         pieces = module.tidy_word_times(_pieces(words, duration))
         turns = diar.turns if regular else diar.exclusive
         return _word_tokens(module.attribute_words(pieces, module.SpeakerIndex(turns), tidy=False))

@@ -155,8 +155,6 @@ class Diarizer:
         if self._pipe is None:
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
-            if str(self.path) not in sys.path:
-                sys.path.insert(0, str(self.path))
             from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
             self._pipe = load_diarization_pipeline(str(self.path), None)

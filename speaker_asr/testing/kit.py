@@ -17,7 +17,9 @@ pointing here -- in seconds, with meaningless output (random weights, synthetic 
 * in its ``audio`` folder: ``sample.wav`` (30 s, two synthetic voices taking turns) with
   ``sample.stm`` and ``sample.rttm``; ``librivox`` (five one-voice clips and their
   ``transcription``); ``polyai-minds14-0.wav`` (8.3 s, 8 kHz mu-law: the short clip
-  ``../shared/audio`` holds, for ``SHARED_AUDIO_DIR``).
+  ``../shared/audio`` holds, for ``SHARED_AUDIO_DIR``);
+* ``meetings/standin_meeting``: one clip in ``../shared/real-meetings``' layout (the sample with
+  word-level references and an overlapping turn), for ``eval/evaluate.py --meetings-dir``.
 
     python -m speaker_asr.testing.kit OUT_DIR
     REAL_MODELS_DIR=OUT_DIR SHARED_AUDIO_DIR=OUT_DIR/audio .venv/bin/python bench/benchmark.py --quick
@@ -25,6 +27,7 @@ pointing here -- in seconds, with meaningless output (random weights, synthetic 
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -78,6 +81,29 @@ def write_sample(audio_dir: Path) -> None:
     (audio_dir / "sample.rttm").write_text("".join(
         f"SPEAKER sample 1 {start:.3f} {end - start:.3f} <NA> <NA> speaker{90 + (name == 'Sheila')} <NA> <NA>\n"
         for start, end, name in turns))
+
+
+def write_meeting(folder: Path, sample_dir: Path) -> None:
+    """One clip in ../shared/real-meetings' layout, from the stand-in sample: ``audio.wav``,
+    ``ref.rttm`` (the turns, with an overlapping backchannel added), ``ref.words.json`` (each
+    turn's words spread over it) and ``info.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(sample_dir / "sample.wav", folder / "audio.wav")
+    turns, words = [], []
+    for line in (sample_dir / "sample.stm").read_text().splitlines():
+        _, _, name, start, end, text = line.split(maxsplit=5)
+        start, end, said = float(start), float(end), text.split()
+        turns.append((start, end, name))
+        step = (end - start) / len(said)
+        words += [{"speaker": name, "start": round(start + k * step, 3),
+                   "end": round(start + (k + 1) * step, 3), "word": w} for k, w in enumerate(said)]
+    first = turns[0]
+    turns.append((first[0] + 1.0, first[0] + 1.5, "Sheila" if first[2] == "Diane" else "Diane"))
+    (folder / "ref.rttm").write_text("".join(
+        f"SPEAKER {folder.name} 1 {s:.3f} {e - s:.3f} <NA> <NA> {name} <NA> <NA>\n"
+        for s, e, name in sorted(turns)))
+    (folder / "ref.words.json").write_text(json.dumps(words, indent=1))
+    (folder / "info.json").write_text(json.dumps({"ami": {"meeting": "STANDIN1"}}))
 
 
 def write_librivox(folder: Path) -> None:
@@ -149,6 +175,7 @@ def build_kit(root: Path) -> Path:
     write_sample(audio)
     write_librivox(audio / "librivox")
     write_phone_clip(audio / "polyai-minds14-0.wav")
+    write_meeting(root / "meetings" / "standin_meeting", audio)
     (root / "MANIFEST").write_text("tiny random stand-in for the real-models kit (speaker_asr/testing/kit.py)\n")
     return root
 

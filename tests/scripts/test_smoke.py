@@ -4,9 +4,9 @@ for the real-models kit (speaker_asr/testing/kit.py, through ``REAL_MODELS_DIR``
 ``--models-dir``) and a few short inputs, and must exit 0 and print its table or summary.
 The numbers mean nothing (random weights); that the scripts run is what is checked.
 
-Not smoke-run here: eval/evaluate.py and eval/algorithms.py (being rewritten; their own checks are
-eval/test_eval.py). eval/data.py, eval/generate.py, eval/metrics.py, bench/common.py and
-reliability/_common.py are modules the scripts import, not scripts.
+eval/data.py, eval/generate.py, eval/metrics.py, eval/algorithms.py, bench/common.py and
+reliability/_common.py are modules the scripts import, not scripts (eval/test_eval.py checks the
+evaluation's metrics and algorithms on hand-made inputs).
 """
 
 from __future__ import annotations
@@ -168,6 +168,30 @@ def test_known_speakers(env, kit, tmp_path):
                             "| similarities |")
     assert [r[:3] for r in files] == [["sample", "2", "2"]], out  # both voices got a clip
     assert (tmp_path / "out" / "sample.md").read_text() == out.rstrip("\n") + "\n"
+
+
+def test_evaluate_meetings(env, kit, tmp_path):
+    """The real-meetings evaluation on the stand-in clip: every mode, the old attribution loaded
+    from git beside ours, the rule ablations; the pooled table has the anchor and ours in every
+    mode, the rule table every rule, and ours agrees with the endpoint's response builder."""
+    from speaker_asr.attribution.speakers import RULES
+
+    out = run([sys.executable, "eval/evaluate.py", "--part", "meetings", "--meetings-dir", str(kit / "meetings"),
+               "--models-dir", str(kit), "--mode", "oracle,oracle4,pipeline", "--before", "HEAD", "--ablate",
+               "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--threads", "1"], env)
+    pooled = table_rows(out, "| model | turns | algorithm | WER | cpWER | WDER | dropped | speaker errors | vs anchor |")
+    for model in ("tiny.en", "base"):
+        for mode in ("oracle", "oracle4", "pipeline"):
+            algorithms = [r[2] for r in pooled if r[:2] == [model, mode]]
+            assert "word max-overlap (WhisperX), turns" in algorithms and "**ours**" in algorithms, (model, mode, out)
+            assert sum(a.startswith("ours before") for a in algorithms) == 2, algorithms
+            assert [a for a in algorithms if a.startswith("ours without")] == [f"ours without {r}" for r in RULES]
+    rules = table_rows(out, "| model | turns | rule | words changed | fixed | broken | WDER without it | with it |")
+    assert {r[2] for r in rules} == set(RULES)
+    assert "disagree" not in out and "differ**" not in out, out
+    derived = table_rows(out, "| file | DER (collar 0) | JER (collar 0) | speakers found | reference speakers |")
+    assert derived[0][0] == "STANDIN1" and derived[0][4] == "2", derived
+    assert (tmp_path / "out" / "latest.md").read_text().startswith("# Speaker-attribution evaluation")
 
 
 # --------------------------------------------------------------------------- reliability/
