@@ -94,7 +94,7 @@ def worker_handler(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from speaker_asr.config import ModelSettings
-    from speaker_asr import endpoint as handler_mod
+    from speaker_asr import endpoint as handler_mod, pipeline as steps_mod
     from speaker_asr.endpoint import EndpointHandler
 
     m = MODELS[spec["model"]]
@@ -126,9 +126,9 @@ def worker_handler(spec: dict) -> dict:
 
     timers = Timers(keep_spans=("asr", "diarization"))
     timers.patch(handler_mod, "preprocess_inputs", "decode")
-    timers.patch(handler_mod, "diarize", "diarization")
-    timers.patch(handler_mod, "build_response", "alignment")
-    timers.patch(handler_mod, "rename_speakers", "alignment")
+    timers.patch(steps_mod, "diarize", "diarization")
+    timers.patch(steps_mod, "attribute", "alignment")
+    timers.patch(steps_mod, "rename_speakers", "alignment")
     timers.patch(h.asr, "transcribe", "asr")
     model = h.asr.model
     timers.patch(type(h.asr.processor.feature_extractor), "__call__", "asr.features")

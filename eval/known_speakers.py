@@ -172,7 +172,7 @@ def main(argv=None) -> int:
                                          for s, e, spk in f.turns if e > half])
             else:
                 d = diarize(pipe, part, num_speakers=len(truth))
-                turns = d.exclusive_turns if d.exclusive_turns is not None else d.turns
+                turns = d.one_at_a_time()
             centroids = E.speaker_centroids(model, part, turns)
             # which true speaker each found speaker mostly is (exclusive speech)
             overlap: dict[str, dict[str, float]] = {}

@@ -31,11 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from speaker_asr.formats import FORMATS, TEXT_FORMATS
+from speaker_asr.formats import FORMATS, TASKS
 
-# file extension of each format when writing into a directory
-EXTENSIONS = {"json": "json", "verbose_json": "json", "diarized_json": "json", "srt": "srt",
-              "vtt": "vtt", "rttm": "rttm", "txt": "txt"}
+TEXT_FORMATS = "/".join(name for name, f in FORMATS.items() if f.is_text)
 STDIN_STEM = "stdin"  # the file name stem for FILE = -
 
 
@@ -74,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-speakers", type=_positive_int, metavar="N", help="at least N speakers")
     t.add_argument("--max-speakers", type=_positive_int, metavar="N", help="at most N speakers")
     t.add_argument("--language", metavar="xx", help="Whisper language code or name (default: detect)")
-    t.add_argument("--task", choices=("transcribe", "translate"), help="default: transcribe")
+    t.add_argument("--task", choices=TASKS, help=f"default: {TASKS[0]}")
     t.add_argument("--assisted", action="store_true",
                    help="speculative decoding with ASSISTANT_MODEL")
     t.add_argument("--batch-size", type=_positive_int, metavar="N", help="30 s windows decoded at once")
@@ -99,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="any other request parameter (repeatable; values coerced like query strings)")
     t.add_argument("--format", "-f", dest="formats", action="append", type=_format_list,
                    metavar="FORMAT",
-                   help=f"response format, one of {', '.join(FORMATS)} (default json). srt/vtt/"
-                        "rttm/txt are written as text (txt: one 'SPEAKER_00: text' line per "
+                   help=f"response format, one of {', '.join(FORMATS)} (default json). "
+                        f"{TEXT_FORMATS} are written as text (txt: one 'SPEAKER_00: text' line per "
                         "speaker turn), the others as JSON. Several (comma-separated or repeated) "
                         "need --output-dir")
     where = t.add_mutually_exclusive_group()
@@ -108,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write the result to this file instead of stdout; an existing "
                             "directory (or PATH ending in /) means --output-dir PATH")
     where.add_argument("--output-dir", "-d", metavar="DIR",
-                       help="write <audio stem>.<ext> into DIR (created if missing); ext: srt, "
-                            "vtt, rttm, txt, or json for the JSON formats")
+                       help="write <audio stem>.<ext> into DIR (created if missing); ext: "
+                            f"{', '.join(sorted({f.extension for f in FORMATS.values()}))}")
     t.add_argument("--verbose", "-v", action="store_true", help="log model loading on stderr")
 
     s = commands.add_parser("serve", help="run the HTTP server",
@@ -203,8 +201,8 @@ def check_parameters(params: dict[str, Any]) -> None:
 def output_name(stem: str, fmt: str, formats: list[str]) -> str:
     """``<stem>.<ext>``; when several requested formats share the extension (json,
     verbose_json, diarized_json) all but ``json`` itself become ``<stem>.<format>.<ext>``."""
-    ext = EXTENSIONS[fmt]
-    if fmt != "json" and sum(EXTENSIONS[f] == ext for f in formats) > 1:
+    ext = FORMATS[fmt].extension
+    if fmt != "json" and sum(FORMATS[f].extension == ext for f in formats) > 1:
         return f"{stem}.{fmt}.{ext}"
     return f"{stem}.{ext}"
 
@@ -237,7 +235,7 @@ def render_result(response: dict[str, Any], fmt: str, speaker_names: Optional[li
 
 def output_text(result: Any, fmt: str) -> str:
     """A result as written: the text itself for text formats, indented JSON for the others."""
-    if fmt in TEXT_FORMATS:
+    if FORMATS[fmt].is_text:
         if not isinstance(result, dict) or not isinstance(result.get("content"), str):
             raise ValueError(f"the handler answered without the {fmt} text")
         return result["content"]

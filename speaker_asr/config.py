@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
@@ -21,6 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from speaker_asr.errors import RequestError
+from speaker_asr.formats import FORMATS, TASKS
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
 DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
@@ -36,7 +38,7 @@ MAX_BATCH_SIZE = 64
 MAX_CHUNK_LENGTH_S = 30.0
 # shorter windows multiply the decoding work (a window every few samples would run for hours)
 MIN_CHUNK_LENGTH_S = 5.0
-MAX_SPEAKERS = 32
+MAX_SPEAKERS = 32  # speakers to find (num_speakers, ...) and names for them (speaker_names)
 MAX_PROMPT_CHARS = 800
 # known speakers (named by reference clips): how many per request, and each clip's length (s);
 # OpenAI's diarized transcription takes up to 4 clips of 2-10 s, all of which are valid here
@@ -167,12 +169,35 @@ def normalize_language(value: str, capabilities: ModelCapabilities) -> str:
     return code
 
 
+def validate_speaker_names(names: Any, param: str = "speaker_names",
+                           limit: int = MAX_SPEAKERS) -> list[str]:
+    """``speaker_names`` (or another list of names, ``param``) -> a clean list (names stripped).
+    Raises RequestError saying what is wrong."""
+    if names is None:
+        return []
+    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
+        raise RequestError(f"{param} must be a list of strings, e.g. [\"Alice\", \"Bob\"]")
+    if len(names) > limit:
+        raise RequestError(f"{param} has {len(names)} names; at most {limit} are allowed")
+    clean: list[str] = []
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise RequestError(f"{param}[{i}] must be a non-empty string, got {name!r}")
+        if any(unicodedata.category(ch) == "Cc" for ch in name):
+            raise RequestError(f"{param}[{i}] must not contain line breaks or control characters")
+        name = name.strip()
+        if name in clean:
+            raise RequestError(f"{param} has the name {name!r} twice; names must be unique")
+        clean.append(name)
+    return clean
+
+
 class InferenceConfig(BaseModel):
     """Per-request ``parameters``. Unknown names are errors; types are checked strictly."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    task: Literal["transcribe", "translate"] = "transcribe"
+    task: Literal[TASKS] = "transcribe"
     language: Optional[str] = Field(None, description="Whisper language code or name; None: detect")
     batch_size: Optional[int] = Field(
         None, ge=1, le=MAX_BATCH_SIZE,
@@ -196,8 +221,8 @@ class InferenceConfig(BaseModel):
     max_speakers: Optional[int] = Field(None, ge=1, le=MAX_SPEAKERS)
     return_word_timestamps: bool = Field(False, description="include each chunk's words with times "
                                                             "(and speakers)")
-    response_format: Literal["json", "verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"] = \
-        Field("json", description="text formats come back as {'format', 'content'}")
+    response_format: Literal[tuple(FORMATS)] = Field(
+        "json", description="text formats come back as {'format', 'content'}")
     speaker_names: Optional[list[str]] = Field(
         None, description="names for the speakers in order of first appearance")
     known_speaker_names: Optional[list[str]] = Field(
@@ -280,8 +305,6 @@ class InferenceConfig(BaseModel):
         if self.assisted is True and temps[0] != 0:
             raise ValueError("assisted decoding is greedy: the first temperature must be 0")
         if self.speaker_names is not None:
-            from speaker_asr.formats import validate_speaker_names
-
             validate_speaker_names(self.speaker_names)
         self._check_known_speakers(caps)
         if self.language is not None:
@@ -309,8 +332,6 @@ class InferenceConfig(BaseModel):
         if self.speaker_names is not None:
             raise ValueError("give either speaker_names (names in order of first appearance) or "
                              "known_speaker_names (names matched by voice), not both")
-        from speaker_asr.formats import validate_speaker_names
-
         clean = validate_speaker_names(names, "known_speaker_names", MAX_KNOWN_SPEAKERS)
         if not clean:
             raise ValueError("known_speaker_names is empty: give at least one name with its clip")

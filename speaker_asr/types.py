@@ -1,13 +1,16 @@
-"""The records that travel from the ASR to the writers, in one place.
+"""The pieces of a transcript, from the ASR through the attribution to the writers.
 
 * :class:`Word` -- a word (or any stretch of transcript) with its times and, once attributed, its
-  speaker. Times may be missing (``None``) as Whisper sometimes leaves them.
+  speaker and the other speakers talking over it. Times may be missing (``None``) as Whisper
+  sometimes leaves them.
 * :class:`Segment` -- one of Whisper's segments (a "chunk"): text and times; after attribution
   one speaker's part of it, with its words.
 * :class:`Turn` -- one speaker turn from the diarization.
+* :class:`Diarization` -- what the diarization found for one request: its turns, its exclusive
+  turns and, when asked for, each speaker's voice.
 * :class:`Transcript` -- what the ASR returns for one request.
-* :class:`Response`, :class:`ResponseChunk`, :class:`ResponseWord`, :class:`SpeakerTurn` -- the
-  JSON response (``response_format=json``) every writer in :mod:`speaker_asr.formats` reads.
+
+The record every writer reads, made of these, is :class:`speaker_asr.result.Result`.
 
 Pure Python: no torch, numpy or pydantic.
 """
@@ -15,22 +18,19 @@ Pure Python: no torch, numpy or pydantic.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, TypedDict
-
-try:  # Python 3.11+
-    from typing import NotRequired
-except ImportError:  # pragma: no cover - Python 3.10
-    from typing_extensions import NotRequired
+from typing import Optional
 
 
 @dataclass
 class Word:
-    """A stretch of transcript with times in seconds and, after attribution, a speaker."""
+    """A stretch of transcript with times in seconds and, after attribution, a speaker and the
+    other speakers talking while it is said (``overlap``; most words: none)."""
 
     text: str
     start: Optional[float]
     end: Optional[float]
     speaker: Optional[str] = None
+    overlap: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -55,6 +55,34 @@ class Turn:
     speaker: str
 
 
+@dataclass(frozen=True)
+class Diarization:
+    """What the diarization found: its ``turns`` (overlapping where people talk at once) and its
+    own ``exclusive_turns`` (one speaker at a time: pyannote 4's, the dominant voice at each
+    moment; None from pyannote 3.x, which makes none -- :meth:`one_at_a_time` derives them there
+    for what needs one speaker at a time); with known speakers or speaker embeddings, each found
+    speaker's voice (``voices``: a unit vector as a list, None for a speaker without speech to
+    embed). ``embedding_error``: why the voices could not be computed (the embedding model's
+    exception), then ``voices`` is empty. ``error``: why the diarization failed (its exception),
+    then nothing was found."""
+
+    turns: list[Turn] = field(default_factory=list)
+    exclusive_turns: Optional[list[Turn]] = None
+    voices: dict[str, Optional[list[float]]] = field(default_factory=dict)
+    embedding_error: Optional[str] = None
+    error: Optional[str] = None
+
+    def one_at_a_time(self) -> list[Turn]:
+        """The exclusive turns, or where the diarization made none, derived from the turns
+        (:func:`~speaker_asr.attribution.speakers.exclusive_turns`): for the speakers' labels and
+        voices, not as evidence for whose words are whose."""
+        if self.exclusive_turns is not None:
+            return self.exclusive_turns
+        from speaker_asr.attribution.speakers import exclusive_turns
+
+        return exclusive_turns(self.turns)
+
+
 @dataclass
 class Transcript:
     """The ASR's result for one request."""
@@ -67,48 +95,3 @@ class Transcript:
     assisted: bool = False  # whether the assistant model drafted the tokens
     # text removed by the hallucination filter, one entry per removed run
     dropped: list[str] = field(default_factory=list)
-
-
-class ResponseWord(TypedDict):
-    word: str
-    start: float
-    end: float
-    speaker: NotRequired[str]
-
-
-class ResponseChunk(TypedDict):
-    text: str
-    timestamp: list[float]  # [start, end]
-    speaker: NotRequired[Optional[str]]
-    words: NotRequired[list[ResponseWord]]
-
-
-class SpeakerTurn(TypedDict):
-    speaker: Optional[str]
-    text: str
-    timestamp: list[float]
-
-
-class KnownSpeaker(TypedDict):
-    """One ``known_speaker_names`` entry: the label it got (the name; None when no found voice
-    matched its clip) and the cosine similarity behind that (its best one when unmatched)."""
-
-    name: str
-    speaker: Optional[str]
-    similarity: Optional[float]
-    embedding: NotRequired[Optional[list[float]]]  # with return_speaker_embeddings
-
-
-class Response(TypedDict):
-    """The handler's JSON response (``response_format=json``)."""
-
-    text: str
-    chunks: list[ResponseChunk]
-    speakers: list[SpeakerTurn]
-    language: Optional[str]
-    duration: float
-    alignment: str  # "word" or "segment"
-    warnings: NotRequired[list[str]]
-    known_speakers: NotRequired[list[KnownSpeaker]]
-    # with return_speaker_embeddings: each found speaker's voice embedding, by its label
-    speaker_embeddings: NotRequired[dict[str, Optional[list[float]]]]

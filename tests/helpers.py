@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import requests
 
+from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.testing import server as testing_server
 from speaker_asr.testing.server import free_port, tiny_env  # noqa: F401 (tests import them from here)
 from speaker_asr.testing.tiny_models import TINY_MAX_NEW_TOKENS  # noqa: F401
@@ -22,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
 REAL_MODELS = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
 SHARED_AUDIO = ROOT.parent / "shared" / "audio"
-SAMPLE_RATE = 16_000
 
 
 def tiny_settings(tiny_models, **overrides):

@@ -75,10 +75,10 @@ def test_transcribe_json(json_result, all_formats):
 @pytest.mark.subprocess
 @pytest.mark.parametrize("fmt", ["verbose_json", "diarized_json", "srt", "vtt", "rttm", "txt"])
 def test_every_format_is_rendered_from_the_same_transcription(all_formats, json_result, fmt):
-    from speaker_asr.formats import TEXT_FORMATS, render
+    from speaker_asr.formats import FORMATS, render
 
     expected = render(json_result, fmt)  # already renamed: rendering again keeps the names
-    if fmt in TEXT_FORMATS:
+    if FORMATS[fmt].is_text:
         assert all_formats[fmt] == expected["content"]  # the text itself, not JSON
     else:
         assert all_formats[fmt].startswith('{\n  "')

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from speaker_asr.attribution.speakers import segment_of_each_word
+from speaker_asr.types import Segment, Word
 
 MIN_RUN = 4
 MAX_SECONDS = 0.02  # one DTW frame
@@ -41,17 +42,15 @@ REPEAT_SHARE = 0.8
 LOOKBACK_SECONDS = 10.0  # the repeat is checked against the words written for the audio it
 # rewinds over, plus this much before it (a chunk seam overlaps 5-10 s)
 
-Span = tuple[str, Optional[float], Optional[float]]
 
-
-def squeezed_runs(words: Sequence[Span], min_run: int = MIN_RUN, max_seconds: float = MAX_SECONDS
+def squeezed_runs(words: Sequence[Word], min_run: int = MIN_RUN, max_seconds: float = MAX_SECONDS
                   ) -> list[range]:
     """Index ranges of ``min_run`` or more consecutive words that each last ``max_seconds`` or
     less. A word without both times breaks a run (nothing is known about it)."""
     runs: list[range] = []
     first = None
-    for i, (_, start, end) in enumerate(list(words) + [("", None, None)]):
-        squeezed = start is not None and end is not None and end - start <= max_seconds
+    for i, w in enumerate(list(words) + [Word("", None, None)]):
+        squeezed = w.start is not None and w.end is not None and w.end - w.start <= max_seconds
         if squeezed and first is None:
             first = i
         elif not squeezed and first is not None:
@@ -65,7 +64,7 @@ def _norm(text: str) -> str:
     return "".join(ch for ch in text.lower() if ch.isalnum() or ch == "'")
 
 
-def rewound_runs(words: Sequence[Span], min_run: int = MIN_RUN, rewind: float = REWIND_SECONDS,
+def rewound_runs(words: Sequence[Word], min_run: int = MIN_RUN, rewind: float = REWIND_SECONDS,
                  repeat_share: float = REPEAT_SHARE, lookback: float = LOOKBACK_SECONDS
                  ) -> list[range]:
     """Index ranges of ``min_run`` or more words that repeat earlier text over audio already
@@ -79,22 +78,22 @@ def rewound_runs(words: Sequence[Span], min_run: int = MIN_RUN, rewind: float = 
     written: list[tuple[float, str]] = []  # (start, normalized text) of the words kept so far
     i, n = 0, len(words)
     while i < n:
-        text, start, end = words[i]
-        if start is None or end is None:
+        start = words[i].start
+        if start is None or words[i].end is None:
             i += 1
             continue
         if latest is not None and start < latest - rewind:
             j = i
-            while j < n and (words[j][1] is None or words[j][1] < latest):
+            while j < n and (words[j].start is None or words[j].start < latest):
                 j += 1
-            run = [w for w in words[i:j] if _norm(w[0])]
+            run = [w for w in words[i:j] if _norm(w.text)]
             here = {text for t, text in written if t >= start - lookback}
-            repeated = sum(_norm(w[0]) in here for w in run)
+            repeated = sum(_norm(w.text) in here for w in run)
             if len(run) >= min_run and repeated >= repeat_share * len(run):
                 runs.append(range(i, j))
                 i = j
                 continue
-        written.append((start, _norm(text)))
+        written.append((start, _norm(words[i].text)))
         latest = start if latest is None else max(latest, start)
         i += 1
     return runs
@@ -103,12 +102,12 @@ def rewound_runs(words: Sequence[Span], min_run: int = MIN_RUN, rewind: float = 
 @dataclass
 class Cleaned:
     text: str
-    segments: list[Span]
-    words: list[Span]
+    segments: list[Segment]
+    words: list[Word]
     dropped: list[str]  # the text of each removed run
 
 
-def drop_hallucinations(segments: Sequence[Span], words: Sequence[Span]) -> Optional[Cleaned]:
+def drop_hallucinations(segments: Sequence[Segment], words: Sequence[Word]) -> Optional[Cleaned]:
     """Remove :func:`squeezed_runs` and :func:`rewound_runs` from ``words`` and the matching text
     from ``segments`` (words and segments are two cuts of one text: a word belongs to the
     segment holding its first character). Returns None when there is nothing to remove. A
@@ -123,17 +122,18 @@ def drop_hallucinations(segments: Sequence[Span], words: Sequence[Span]) -> Opti
     return _drop(segments, words, merged)
 
 
-def _drop(segments: Sequence[Span], words: Sequence[Span], runs: list[range]) -> Optional[Cleaned]:
+def _drop(segments: Sequence[Segment], words: Sequence[Word], runs: list[range]) -> Optional[Cleaned]:
     if not runs:
         return None
     drop = {i for r in runs for i in r}
-    owner = segment_of_each_word([s[0] for s in segments], [w[0] for w in words])
+    owner = segment_of_each_word([s.text for s in segments], [w.text for w in words])
     kept_text: list[list[str]] = [[] for _ in segments]
     for i, w in enumerate(words):
         if i not in drop and segments:
-            kept_text[owner[i]].append(w[0])
-    new_segments = [("".join(parts), s[1], s[2]) for parts, s in zip(kept_text, segments) if parts]
+            kept_text[owner[i]].append(w.text)
+    new_segments = [Segment("".join(parts), s.start, s.end) for parts, s in zip(kept_text, segments)
+                    if parts]
     new_words = [w for i, w in enumerate(words) if i not in drop]
-    return Cleaned(text="".join(w[0] for w in new_words), segments=new_segments, words=new_words,
-                   dropped=["".join(words[i][0] for i in r).strip() for r in runs])
+    return Cleaned(text="".join(w.text for w in new_words), segments=new_segments, words=new_words,
+                   dropped=["".join(words[i].text for i in r).strip() for r in runs])
 

@@ -297,12 +297,9 @@ class WhisperTranscriber:
             language = "en"
         text, dropped = out.get("text", ""), []
         if words and cfg.hallucination_filter:
-            cleaned = drop_hallucinations([(c.text, c.start, c.end) for c in chunks],
-                                    [(w.text, w.start, w.end) for w in words])
+            cleaned = drop_hallucinations(chunks, words)
             if cleaned is not None:
-                text, dropped = cleaned.text, cleaned.dropped
-                chunks = [Segment(*c) for c in cleaned.segments]
-                words = [Word(*w) for w in cleaned.words]
+                text, chunks, words, dropped = cleaned.text, cleaned.segments, cleaned.words, cleaned.dropped
         return Transcript(text=text, chunks=chunks, language=language, words=words,
                          assisted=assisted, dropped=dropped)
 

@@ -13,10 +13,10 @@ Pure Python (no torch, no numpy): embeddings are sequences of floats.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
-from speaker_asr.types import Turn
+from speaker_asr.result import KnownSpeaker, Result
 
 Vector = Sequence[float]
 
@@ -106,34 +106,31 @@ def match_speakers(speakers: Mapping[str, Optional[Vector]], references: Mapping
     return out
 
 
-def name_turns(turns: Sequence[Turn], matches: Sequence[Match]) -> list[Turn]:
-    """The turns with each matched speaker's label replaced by its name."""
-    rename = {m.speaker: m.name for m in matches if m.speaker is not None}
-    return [Turn(t.start, t.end, rename.get(t.speaker, t.speaker)) for t in turns]
+def known_names(matches: Sequence[Match]) -> dict[str, str]:
+    """Each matched speaker's label -> its name."""
+    return {m.speaker: m.name for m in matches if m.speaker is not None}
 
 
 def _rounded(v: Optional[Vector], digits: int = 6) -> Optional[list[float]]:
     return None if v is None else [round(float(x), digits) for x in v]
 
 
-def known_speakers_entries(matches: Sequence[Match],
-                           reference_vectors: Optional[Mapping[str, Vector]] = None) -> list[dict]:
-    """The response's ``known_speakers``: per reference name, in the request's order, the label
-    it got in the transcript (the name itself, or None when no speaker's voice matched) and the
-    similarity behind it; with ``reference_vectors``, each reference's voice embedding too."""
-    out = []
-    for m in matches:
-        entry: dict = {"name": m.name, "speaker": m.name if m.speaker is not None else None,
-                       "similarity": None if m.similarity is None else round(m.similarity, 4)}
-        if reference_vectors is not None:
-            entry["embedding"] = _rounded(reference_vectors.get(m.name))
-        out.append(entry)
-    return out
-
-
-def speaker_embeddings_entries(centroids: Mapping[str, Optional[Vector]],
-                               matches: Sequence[Match] = ()) -> dict[str, Optional[list[float]]]:
-    """The response's ``speaker_embeddings``: each found speaker's voice embedding under the label
-    it has in the transcript (its known name when matched); None for a speaker without one."""
-    rename = {m.speaker: m.name for m in matches if m.speaker is not None}
-    return {rename.get(label, label): _rounded(v) for label, v in sorted(centroids.items())}
+def name_known_speakers(result: Result, voices: Mapping[str, Optional[Vector]],
+                        references: Optional[Mapping[str, Vector]], threshold: float,
+                        with_embeddings: bool) -> Result:
+    """The result with the known speakers named: ``voices`` (each found speaker's voice, by its
+    label) matched to the ``references`` (name -> its clip's voice; None when no names were
+    given) at ``threshold``; each matched speaker renamed to its name everywhere. The result
+    gets ``known_speakers`` (per reference name, in the request's order, the label it got -- the
+    name, or None when no speaker's voice matched -- and the similarity behind it) and, with
+    ``with_embeddings``, each reference's voice and ``speaker_embeddings`` (each found speaker's
+    voice under the label it has in the transcript; None for a speaker without one)."""
+    matches = match_speakers(voices, references, threshold) if references is not None else []
+    known = [KnownSpeaker(m.name, m.name if m.speaker is not None else None,
+                          None if m.similarity is None else round(m.similarity, 4),
+                          _rounded(references[m.name]) if with_embeddings else None)
+             for m in matches]
+    embeddings = {label: _rounded(v) for label, v in sorted(voices.items())} if with_embeddings \
+        else None
+    return replace(result, known_speakers=known, speaker_embeddings=embeddings) \
+        .renamed(known_names(matches))

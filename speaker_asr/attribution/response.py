@@ -1,19 +1,22 @@
-"""ASR segments and words + speaker turns -> the response object, through the pure speaker
-attribution of :mod:`speaker_asr.attribution.speakers`."""
+"""ASR segments and words + speaker turns -> the :class:`~speaker_asr.result.Result`, through the
+pure speaker attribution of :mod:`speaker_asr.attribution.speakers`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
-                                              merge_by_speaker, resolve_times, split_segments,
+                                              cross_talk, resolve_times, split_segments,
                                               tidy_word_times)
-from speaker_asr.types import Response, Segment, Turn, Word
+from speaker_asr.result import Result, speaker_turns
+from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 
 
-def speaker_labels(turns: list[Turn]) -> dict[str, str]:
-    """The diarization's labels -> SPEAKER_00, SPEAKER_01, ... in order of first appearance."""
-    mapping: dict[str, str] = {}
+def speaker_labels(turns: list[Turn], first: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """The diarization's labels -> SPEAKER_00, SPEAKER_01, ... in order of first appearance
+    (after those already in ``first``, which keep theirs)."""
+    mapping = dict(first or {})
     for t in sorted(turns, key=lambda t: (t.start, t.end)):
         mapping.setdefault(t.speaker, f"SPEAKER_{len(mapping):02d}")
     return mapping
@@ -30,62 +33,54 @@ def _r(x: float) -> float:
     return round(float(x), 3)
 
 
-def _word_dict(w: Word, with_speaker: bool) -> dict:
-    d = {"word": w.text, "start": _r(w.start), "end": _r(w.end)}
-    if with_speaker:
-        d["speaker"] = w.speaker
-    return d
+def attribute(transcript: Transcript, duration: float, diarization: Optional[Diarization] = None,
+              with_words: bool = False) -> Result:
+    """The result, from the ASR's segments and words (times may be missing) and the
+    diarization's turns (which may overlap) and its own exclusive turns (one speaker at a time,
+    pyannote 4; see :func:`~speaker_asr.attribution.speakers.attribute_words`).
 
-
-def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],
-                   duration: float, language: Optional[str], words: Optional[Sequence[Word]] = None,
-                   return_words: bool = False, extra: Optional[dict] = None,
-                   exclusive: Optional[list[Turn]] = None) -> Response:
-    """The response object, from the ASR's segments and words (times may be missing) and the
-    diarization's turns.
-
-    ``turns=None`` means diarization is off: chunks carry no speaker and ``speakers`` is empty.
-    With ``words`` (Whisper's word timestamps) every word gets a speaker and chunks are Whisper's
-    segments split wherever the speaker changes, timed by their words; without, each segment
-    takes the speaker it overlaps most. Every piece of text is kept; missing times are filled in
-    and clamped to the audio.
-    """
-    diarized = turns is not None
-    index = SpeakerIndex(turns or [])
+    ``diarization=None`` means diarization is off: segments carry no speaker and there are no
+    speaker turns. With the ASR's words (Whisper's word timestamps) every word gets a speaker and
+    the segments are Whisper's segments split wherever the speaker changes, timed by their words,
+    and each word knows the other speakers whose turns cover at least half of it (``overlap``);
+    without, each segment takes the speaker it overlaps most. Every piece of text is kept;
+    missing times are filled in and clamped to the audio; times are rounded to the millisecond.
+    ``with_words``: the segments keep their words (``return_word_timestamps``)."""
+    diarized = diarization is not None
+    words = transcript.words
     if words is not None:
         spans = resolve_times([(w.start, w.end) for w in words], duration)
         pieces = [Word(w.text, s, e) for w, (s, e) in zip(words, spans)]
         # attribution tidies the word times it judges by (and returns them); without it, the same
-        pieces = attribute_words(pieces, turns, exclusive) if diarized else tidy_word_times(pieces)
-        groups = [g for g in split_segments([s.text for s in segments], pieces) if g.words]
-        chunks = []
-        for g in groups:
-            chunk = {"text": g.text, "timestamp": [_r(g.start), _r(g.end)]}
-            if diarized:
-                chunk["speaker"] = g.speaker
-            if return_words:
-                chunk["words"] = [_word_dict(w, diarized) for w in g.words]
-            chunks.append(chunk)
-        merged_input = [Word(c["text"], *c["timestamp"], c.get("speaker")) for c in chunks]
-    else:
-        spans = resolve_times([(s.start, s.end) for s in segments], duration)
-        pieces = [Word(seg.text, s, e) for seg, (s, e) in zip(segments, spans)]
         if diarized:
-            pieces = assign_speakers(pieces, index)
-        chunks = []
-        for p in pieces:
-            chunk = {"text": p.text, "timestamp": [_r(p.start), _r(p.end)]}
-            if diarized:
-                chunk["speaker"] = p.speaker
-            chunks.append(chunk)
-        merged_input = pieces
-    response: Response = {"text": text, "chunks": chunks}  # type: ignore[typeddict-item]
-    response["speakers"] = [
-        {"speaker": p.speaker, "text": p.text.strip(), "timestamp": [_r(p.start), _r(p.end)]}
-        for p in merge_by_speaker(merged_input)] if diarized else []
-    response["language"] = language
-    response["duration"] = _r(duration)
-    response["alignment"] = "word" if words is not None else "segment"
-    if extra:
-        response.update(extra)
-    return response
+            pieces = attribute_words(pieces, diarization.turns, diarization.exclusive_turns)
+            pieces = [replace(w, overlap=others)
+                      for w, others in zip(pieces, cross_talk(pieces, diarization.turns))]
+        else:
+            pieces = tidy_word_times(pieces)
+        groups = [g for g in split_segments([s.text for s in transcript.chunks], pieces) if g.words]
+        segments = [Segment(g.text, _r(g.start), _r(g.end), g.speaker,
+                            [Word(w.text, _r(w.start), _r(w.end), w.speaker, w.overlap)
+                             for w in g.words] if with_words else []) for g in groups]
+    else:
+        spans = resolve_times([(s.start, s.end) for s in transcript.chunks], duration)
+        pieces = [Word(seg.text, s, e) for seg, (s, e) in zip(transcript.chunks, spans)]
+        if diarized:
+            pieces = assign_speakers(pieces, SpeakerIndex(diarization.one_at_a_time()))
+        segments = [Segment(p.text, _r(p.start), _r(p.end), p.speaker) for p in pieces]
+    return Result(text=transcript.text, segments=segments,
+                  speaker_turns=speaker_turns(segments) if diarized else [],
+                  language=transcript.language, duration=_r(duration),
+                  alignment="word" if words is not None else "segment", diarized=diarized,
+                  with_words=with_words and words is not None)
+
+
+def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],
+                   duration: float, language: Optional[str], words: Optional[Sequence[Word]] = None,
+                   return_words: bool = False, exclusive: Optional[list[Turn]] = None) -> dict:
+    """The ``json`` response of :func:`attribute` for the diarization's ``turns`` and its own
+    ``exclusive`` turns (for code that builds a response from plain lists, as the evaluation
+    does)."""
+    transcript = Transcript(text, list(segments), language, None if words is None else list(words))
+    speakers = None if turns is None else Diarization(turns, exclusive)
+    return attribute(transcript, duration, speakers, with_words=return_words).to_json()

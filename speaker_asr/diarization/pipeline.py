@@ -12,13 +12,12 @@ import inspect
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from speaker_asr.types import Turn
+from speaker_asr.types import Diarization, Turn
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.compat import pyannote_major
 
@@ -167,14 +166,6 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     return pipeline
 
 
-@dataclass
-class Diarization:
-    turns: list[Turn] = field(default_factory=list)
-    # pyannote 4's own turns without overlapping speech (the dominant speaker at each moment);
-    # None for pyannote 3.x, which has none
-    exclusive_turns: Optional[list[Turn]] = None
-
-
 def _annotation_turns(annotation) -> list[Turn]:
     return [Turn(float(seg.start), float(seg.end), str(label))
             for seg, _, label in annotation.itertracks(yield_label=True)]
@@ -182,7 +173,9 @@ def _annotation_turns(annotation) -> list[Turn]:
 
 def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
             min_speakers: Optional[int] = None, max_speakers: Optional[int] = None) -> Diarization:
-    """Run the pipeline on the in-memory waveform (no second decode, no resampling mismatch)."""
+    """Run the pipeline on the in-memory waveform (no second decode, no resampling mismatch):
+    its turns and, from pyannote 4, its own exclusive turns (None from 3.x, which has none), with
+    the pipeline's own labels."""
     import torch
 
     kwargs = {k: v for k, v in (("num_speakers", num_speakers), ("min_speakers", min_speakers),
@@ -192,7 +185,7 @@ def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
         output = pipeline({"waveform": waveform, "sample_rate": SAMPLE_RATE}, **kwargs)
     if hasattr(output, "speaker_diarization"):  # pyannote.audio 4.x DiarizeOutput
         exclusive = getattr(output, "exclusive_speaker_diarization", None)
-        return Diarization(_annotation_turns(output.speaker_diarization),
-                           _annotation_turns(exclusive) if exclusive is not None else None)
-    # pyannote.audio 3.x: an Annotation, without an exclusive diarization
+        turns = _annotation_turns(output.speaker_diarization)
+        return Diarization(turns, _annotation_turns(exclusive) if exclusive is not None else None)
+    # pyannote.audio 3.x: an Annotation, without an exclusive diarization of its own
     return Diarization(_annotation_turns(output))

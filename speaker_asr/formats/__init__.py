@@ -1,67 +1,102 @@
-"""Output writers: the handler's JSON response -> json, verbose_json, diarized_json, srt, vtt,
-rttm, txt. Pure Python (no torch).
+"""Output writers: a :class:`~speaker_asr.result.Result` -> json, verbose_json, diarized_json,
+srt, vtt, rttm, txt. Pure Python (no torch).
 
->>> render(response, "srt", speaker_names=["Alice", "Bob"])
+>>> render(result, "srt", speaker_names=["Alice", "Bob"])
 {"format": "srt", "content": "1\\n00:00:00,000 --> 00:00:01,200\\nAlice: Hello there.\\n\\n..."}
 
 JSON formats return a dict; text formats return ``{"format": <name>, "content": <text>}`` so every
-client still gets JSON. ``render`` never changes the response it is given.
+client still gets JSON. ``render`` also takes a ``json`` response (read with
+:meth:`Result.from_json`), and never changes what it is given.
+
+:data:`FORMATS` (every format, with its file extension, media type and writer) and :data:`TASKS`
+are the vocabularies the request validation (config.py), the command line and the writers read.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
 
 from . import (diarized_json, json_writer, rttm_writer, srt_writer, txt_writer, verbose_json,
                vtt_writer)
-from ._common import apply_speaker_names, validate_speaker_names
 from speaker_asr.errors import RequestError
-from speaker_asr.types import Response
+from speaker_asr.result import Result
 
-_WRITERS = {m.NAME: m for m in (json_writer, verbose_json, diarized_json, srt_writer, vtt_writer,
-                                rttm_writer, txt_writer)}
-FORMATS: tuple[str, ...] = tuple(_WRITERS)
-TEXT_FORMATS: tuple[str, ...] = ("srt", "vtt", "rttm", "txt")
+JSON_MEDIA_TYPE = "application/json"
+
+
+@dataclass(frozen=True)
+class Format:
+    """One ``response_format``: its name, the extension of a file holding it, the media type of
+    what it writes, and its writer: ``write(result)`` -> the text of a text format,
+    ``write(result, task)`` -> the object of a JSON format."""
+
+    name: str
+    extension: str
+    media_type: str
+    write: Callable[..., Any]
+
+    @property
+    def is_text(self) -> bool:
+        return self.media_type != JSON_MEDIA_TYPE
+
+    def render(self, result: Result, task: str) -> dict[str, Any]:
+        if self.is_text:
+            return {"format": self.name, "content": self.write(result)}
+        return self.write(result, task)
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    Format("json", "json", JSON_MEDIA_TYPE, json_writer.write),
+    Format("verbose_json", "json", JSON_MEDIA_TYPE, verbose_json.write),
+    Format("diarized_json", "json", JSON_MEDIA_TYPE, diarized_json.write),
+    Format("srt", "srt", "application/x-subrip", srt_writer.write),
+    Format("vtt", "vtt", "text/vtt", vtt_writer.write),
+    Format("rttm", "rttm", "text/plain", rttm_writer.write),
+    Format("txt", "txt", "text/plain", txt_writer.write),
+)}
 TASKS: tuple[str, ...] = ("transcribe", "translate")
-# media types of the text formats' content, for a server that wants to send it raw
-MEDIA_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "rttm": "text/plain",
-               "txt": "text/plain", "json": "application/json", "verbose_json": "application/json",
-               "diarized_json": "application/json"}
 
-# response keys beside the transcript that every format carries along unchanged
-CARRIED_KEYS = ("duration", "warnings", "known_speakers", "speaker_embeddings")
-
-__all__ = ["FORMATS", "TEXT_FORMATS", "TASKS", "MEDIA_TYPES", "CARRIED_KEYS", "render",
-           "render_response"]
+__all__ = ["FORMATS", "TASKS", "Format", "render", "render_response"]
 
 
-def render(response: Response, fmt: str, *, speaker_names: Optional[list[str]] = None,
+def render(response: Union[Result, dict], fmt: str, *, speaker_names: Optional[list[str]] = None,
            task: str = "transcribe") -> dict[str, Any]:
-    """The response in format ``fmt``. ``speaker_names`` renames speakers in order of first
+    """The transcript in format ``fmt``. ``speaker_names`` renames speakers in order of first
     appearance (the first to speak -> ``speaker_names[0]``, ...; later ones keep their labels).
-    Raises ValueError for an unknown format or task, bad names, or a response that is not a dict."""
+    Raises RequestError (a ValueError) for an unknown format or task, bad names, or a response
+    that is neither a Result nor a dict."""
+    form, result = _prepare(response, fmt, speaker_names, task)
+    return form.render(result, task)
+
+
+def render_response(response: Union[Result, dict], fmt: str, *,
+                    speaker_names: Optional[list[str]] = None,
+                    task: str = "transcribe") -> dict[str, Any]:
+    """What the endpoint answers for ``response_format=fmt``: :func:`render`, with what every
+    format carries beside its transcript (:meth:`Result.carried_json`: audio length, warnings,
+    known speakers, voice embeddings)."""
+    form, result = _prepare(response, fmt, speaker_names, task)
+    out = form.render(result, task)
+    for key, value in result.carried_json().items():
+        out.setdefault(key, value)
+    return out
+
+
+def _prepare(response: Union[Result, dict], fmt: str, speaker_names: Optional[list[str]],
+             task: str) -> tuple[Format, Result]:
+    """The format asked for and the result with ``speaker_names`` applied, once the format, the
+    task, the names and the response are checked."""
+    # imported here, not above: config.py reads this package's FORMATS and TASKS
+    from speaker_asr.config import validate_speaker_names
+
     name = fmt.strip().lower() if isinstance(fmt, str) else None
-    if name not in _WRITERS:
+    if name not in FORMATS:
         raise RequestError(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}")
     if task not in TASKS:
         raise RequestError(f"unknown task {task!r}: use one of {', '.join(TASKS)}")
-    if not isinstance(response, dict):
+    if isinstance(response, dict):
+        response = Result.from_json(response)
+    elif not isinstance(response, Result):
         raise RequestError(f"the response to render must be a dict, got {type(response).__name__}")
-    names = validate_speaker_names(speaker_names)
-    return _WRITERS[name].render(apply_speaker_names(response, names), task=task)
-
-
-def render_response(response: Response, fmt: str, *, speaker_names: Optional[list[str]] = None,
-                    task: str = "transcribe") -> dict[str, Any]:
-    """What the endpoint answers for ``response_format=fmt``: the json response itself when
-    nothing changes it, else :func:`render` with the :data:`CARRIED_KEYS` (audio length,
-    warnings, known speakers, voice embeddings) kept beside the rendered transcript."""
-    if fmt == "json" and not speaker_names:
-        return response
-    out = render(response, fmt, speaker_names=speaker_names, task=task)
-    renamed = apply_speaker_names(response, validate_speaker_names(speaker_names)) \
-        if speaker_names and response.get("speaker_embeddings") else response
-    for key in CARRIED_KEYS:
-        if renamed.get(key) is not None:
-            out.setdefault(key, renamed[key])
-    return out
+    return FORMATS[name], response.named(validate_speaker_names(speaker_names))

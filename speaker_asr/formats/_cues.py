@@ -1,7 +1,7 @@
 """Subtitle cues for SRT and VTT.
 
-Cues are built from words when the chunks have them (each word's own times), else from the chunks'
-text with times interpolated by character position inside each chunk. The rules:
+Cues are built from words when the segments have them (each word's own times), else from the
+segments' text with times interpolated by character position inside each segment. The rules:
 
 * a cue never mixes speakers, and never spans a pause longer than ``MAX_GAP_S``;
 * at most ``MAX_LINES`` (2) lines of at most ``MAX_LINE`` (42) columns -- wide East Asian
@@ -21,8 +21,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ._common import char_width, chunks, label, num, span, to_ms, width
-from speaker_asr.types import Response
+from ._common import char_width, label, to_ms, width
+from speaker_asr.result import Result
 
 MAX_LINE = 42
 MAX_LINES = 2
@@ -80,26 +80,21 @@ def _split_text(text: str, start: float, end: float, speaker: Optional[str]) -> 
     return out
 
 
-def tokens_from_response(response: Response) -> list[Token]:
-    """Every word of the transcript in order, with times and speaker labels."""
-    tokens: list[Token] = []
-    for chunk in chunks(response):
-        cstart, cend = span(chunk)
-        speaker = chunk.get("speaker")
-        words = [w for w in chunk.get("words") or [] if isinstance(w, dict)]
-        if not words:
-            tokens += _split_text(chunk.get("text") or "", cstart, cend, label(speaker))
+def result_tokens(result: Result) -> list[Token]:
+    """Every word of the transcript in order, with times and speaker labels (a word's missing
+    start is the previous word's end, a missing end its start)."""
+    out: list[Token] = []
+    for seg in result.segments:
+        if not seg.words:
+            out += _split_text(seg.text, seg.start, seg.end, label(seg.speaker))
             continue
-        previous_end = cstart
-        for w in words:
-            text = w.get("word") if isinstance(w.get("word"), str) else ""
-            start = num(w.get("start"))
-            start = start if start is not None else previous_end
-            end = num(w.get("end"))
-            end = end if end is not None and end >= start else start
-            tokens += _split_text(text, start, end, label(w.get("speaker", speaker)))
+        previous_end = seg.start
+        for w in seg.words:
+            start = w.start if w.start is not None else previous_end
+            end = w.end if w.end is not None and w.end >= start else start
+            out += _split_text(w.text, start, end, label(w.speaker))
             previous_end = end
-    return tokens
+    return out
 
 
 def _hard_split(token: Token, limit: int) -> list[Token]:
@@ -240,8 +235,8 @@ def _sanitize(raw: list[tuple[float, float, Optional[str], tuple[str, ...]]]) ->
     return out
 
 
-def cues_for(response: Response, reserve: Callable[[Optional[str]], int] = lambda s: 0) -> list[Cue]:
-    return build_cues(tokens_from_response(response), reserve)
+def cues_for(result: Result, reserve: Callable[[Optional[str]], int] = lambda s: 0) -> list[Cue]:
+    return build_cues(result_tokens(result), reserve)
 
 
 def timestamp(ms: int, decimal: str) -> str:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from speaker_asr.types import Response
-
-NAME = "json"
+from speaker_asr.result import Result
 
 
-def render(response: Response, *, task: str = "transcribe") -> dict:
-    return response  # already a renamed deep copy (see formats.render)
+def write(result: Result, task: str) -> dict:
+    return result.to_json()

@@ -8,25 +8,20 @@ becomes ``_`` (RTTM fields are whitespace-separated). Empty without diarization.
 
 from __future__ import annotations
 
-from ._common import label, speaker_segments, to_ms
-from speaker_asr.types import Response
+from ._common import label, to_ms
+from speaker_asr.result import Result
 
-NAME = "rttm"
 DEFAULT_URI = "audio"
 
 
-def write(response: Response, uri: str = DEFAULT_URI) -> str:
+def write(result: Result, uri: str = DEFAULT_URI) -> str:
     uri = "_".join(str(uri).split()) or DEFAULT_URI
     lines = []
-    for seg in speaker_segments(response) or []:
-        name = label(seg["speaker"])
-        start, end = to_ms(seg["start"]), to_ms(seg["end"])
+    for turn in result.speaker_turns:
+        name = label(turn.speaker)
+        start, end = to_ms(turn.start), to_ms(turn.end)
         if name is None or end <= start:
             continue
         lines.append(f"SPEAKER {uri} 1 {start / 1000:.3f} {(end - start) / 1000:.3f} <NA> <NA> "
                      f"{'_'.join(name.split())} <NA> <NA>\n")
     return "".join(lines)
-
-
-def render(response: Response, *, task: str = "transcribe") -> dict:
-    return {"format": NAME, "content": write(response)}

@@ -10,22 +10,16 @@ from typing import Optional
 
 from ._common import width
 from ._cues import cues_for, timestamp
-from speaker_asr.types import Response
-
-NAME = "srt"
+from speaker_asr.result import Result
 
 
 def _prefix(speaker: Optional[str]) -> str:
     return f"{speaker}: " if speaker else ""
 
 
-def write(response: Response) -> str:
+def write(result: Result) -> str:
     blocks = []
-    for i, cue in enumerate(cues_for(response, lambda s: width(_prefix(s))), start=1):
+    for i, cue in enumerate(cues_for(result, lambda s: width(_prefix(s))), start=1):
         text = "\n".join((_prefix(cue.speaker) if j == 0 else "") + line for j, line in enumerate(cue.lines))
         blocks.append(f"{i}\n{timestamp(cue.start, ',')} --> {timestamp(cue.end, ',')}\n{text}\n\n")
     return "".join(blocks)
-
-
-def render(response: Response, *, task: str = "transcribe") -> dict:
-    return {"format": NAME, "content": write(response)}

@@ -3,25 +3,18 @@ text when diarization is off. Segments without a speaker are written without a p
 
 from __future__ import annotations
 
-from ._common import label, one_line, speaker_segments
-from speaker_asr.types import Response
-
-NAME = "txt"
+from ._common import label, one_line
+from speaker_asr.result import Result
 
 
-def write(response: Response) -> str:
-    segments = speaker_segments(response)
-    if segments is None:
-        text = (response.get("text") or "").strip()
+def write(result: Result) -> str:
+    if not result.diarized:
+        text = result.text.strip()
         return text + "\n" if text else ""
     lines = []
-    for seg in segments:
-        text = one_line(seg["text"])
+    for turn in result.speaker_turns:
+        text = one_line(turn.text)
         if text:
-            name = label(seg["speaker"])
+            name = label(turn.speaker)
             lines.append(f"{name}: {text}\n" if name else text + "\n")
     return "".join(lines)
-
-
-def render(response: Response, *, task: str = "transcribe") -> dict:
-    return {"format": NAME, "content": write(response)}

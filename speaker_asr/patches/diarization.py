@@ -25,13 +25,15 @@ import logging
 
 import numpy as np
 
+from speaker_asr.audio.decode import SAMPLE_RATE
+
 logger = logging.getLogger(__name__)
 
 
 def _zero_mask_gives_nan(embedding) -> bool:
     import torch
 
-    rate = int(getattr(embedding, "sample_rate", 16000) or 16000)
+    rate = int(getattr(embedding, "sample_rate", SAMPLE_RATE) or SAMPLE_RATE)
     samples = max(2 * rate, 2 * int(getattr(embedding, "min_num_samples", 0) or 0))
     waveforms = 0.1 * torch.randn(2, 1, samples, generator=torch.Generator().manual_seed(0))
     masks = torch.zeros(2, 100)

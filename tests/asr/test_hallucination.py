@@ -1,10 +1,11 @@
 """Text Whisper wrote with no audio under it (hallucination.py), on hand-made words."""
 
 from speaker_asr.asr.hallucination import drop_hallucinations, rewound_runs, squeezed_runs
+from speaker_asr.types import Segment, Word
 
 
 def words(*spec):
-    return [(t, s, e) for t, s, e in spec]
+    return [Word(t, s, e) for t, s, e in spec]
 
 
 # whisper base on pyannote's sample: the real speech ends at 29.98 s, then 20 words repeat
@@ -13,8 +14,8 @@ TAIL = words((" in", 29.04, 29.18), (" New", 29.18, 29.24), (" Jersey", 29.24, 2
              (" now.", 29.58, 29.98), (" Oh,", 29.98, 29.98), (" I", 29.98, 29.98),
              (" don't", 29.98, 29.98), (" hear", 29.98, 29.98), (" that.", 29.98, 29.98),
              (" I'm", 29.98, 29.98), (" Sheila.", 29.98, 29.98))
-SEGMENTS = [(" I don't hear that in New Jersey now.", 20.0, 23.0), (" Oh, I don't hear that.", 23.0, 24.0),
-            (" I'm Sheila.", 24.0, 25.0)]
+SEGMENTS = [Segment(" I don't hear that in New Jersey now.", 20.0, 23.0),
+            Segment(" Oh, I don't hear that.", 23.0, 24.0), Segment(" I'm Sheila.", 24.0, 25.0)]
 SPOKEN = words((" I", 28.5, 28.6), (" don't", 28.6, 28.8), (" hear", 28.8, 28.9), (" that", 28.9, 29.04))
 
 
@@ -32,11 +33,11 @@ def test_drop_removes_the_run_from_words_segments_and_text():
     all_words = SPOKEN + TAIL
     cleaned = drop_hallucinations(SEGMENTS, all_words)
     assert cleaned.dropped == ["Oh, I don't hear that. I'm Sheila."]
-    assert [w[0] for w in cleaned.words] == [" I", " don't", " hear", " that", " in", " New", " Jersey", " now."]
+    assert [w.text for w in cleaned.words] == [" I", " don't", " hear", " that", " in", " New", " Jersey", " now."]
     assert cleaned.text == " I don't hear that in New Jersey now."
     # the segments that held only dropped words are gone; the first keeps its times
-    assert cleaned.segments == [(" I don't hear that in New Jersey now.", 20.0, 23.0)]
-    assert cleaned.text == "".join(w[0] for w in cleaned.words) == "".join(s[0] for s in cleaned.segments)
+    assert cleaned.segments == [Segment(" I don't hear that in New Jersey now.", 20.0, 23.0)]
+    assert cleaned.text == "".join(w.text for w in cleaned.words) == "".join(s.text for s in cleaned.segments)
 
 
 def test_nothing_to_drop_returns_none():
@@ -44,11 +45,11 @@ def test_nothing_to_drop_returns_none():
 
 
 def test_a_run_inside_a_segment_keeps_the_rest_of_it():
-    segs = [(" one two three four five six seven", 0.0, 5.0)]
+    segs = [Segment(" one two three four five six seven", 0.0, 5.0)]
     ws = words((" one", 0.0, 0.5), (" two", 1.0, 1.0), (" three", 1.0, 1.0), (" four", 1.0, 1.0),
                (" five", 1.0, 1.0), (" six", 1.0, 1.5), (" seven", 1.5, 2.0))
     cleaned = drop_hallucinations(segs, ws)
-    assert cleaned.segments == [(" one six seven", 0.0, 5.0)]
+    assert cleaned.segments == [Segment(" one six seven", 0.0, 5.0)]
     assert cleaned.dropped == ["two three four five"]
 
 
@@ -70,15 +71,15 @@ def test_finds_repeats_laid_over_audio_already_transcribed():
     # words written long before (outside the stretch the run rewinds over) do not count: on long
     # audio almost every word has been written somewhere; here a seam re-decodes 20-26 s, which
     # the previous window had garbled, with words said 20 s earlier
-    early = [(t, s - 20.0, e - 20.0) for t, s, e in REWOUND]
+    early = [Word(w.text, w.start - 20.0, w.end - 20.0) for w in REWOUND]
     garbled = words((" I'm", 20.0, 21.0), (" sure", 21.0, 22.0), (" I'm", 22.0, 23.0), (" sure", 23.0, 24.0),
                     (" so", 24.0, 25.0), (" sure", 25.0, 26.5))
     assert rewound_runs(early + garbled + REWOUND) == []
     # new words over earlier audio are not a repeat (e.g. a window seam that re-times speech)
-    fresh = [(" zebra" + str(i), s, e) for i, (_, s, e) in enumerate(REWOUND)]
+    fresh = [Word(" zebra" + str(i), w.start, w.end) for i, w in enumerate(REWOUND)]
     assert rewound_runs(SPOKEN_BEFORE + fresh) == []
     # times that step back by less than REWIND_SECONDS are DTW jitter or a seam: kept
-    jitter = [(t, s + 7.5, e + 7.5) for t, s, e in REWOUND]
+    jitter = [Word(w.text, w.start + 7.5, w.end + 7.5) for w in REWOUND]
     assert rewound_runs(SPOKEN_BEFORE + jitter) == []
     # a short repeat (under MIN_RUN words) is kept; the run ends where the times pass the old end
     assert rewound_runs(SPOKEN_BEFORE + REWOUND[:3] + words((" later", 31.0, 31.5))) == []
@@ -92,11 +93,11 @@ def test_finds_repeats_laid_over_audio_already_transcribed():
 
 
 def test_drop_hallucinations_removes_both_kinds_once():
-    ws = SPOKEN_BEFORE + REWOUND + [(" x", 29.98, 29.98)] * 4
-    segs = [("".join(w[0] for w in SPOKEN_BEFORE), 0.0, 30.0),
-            ("".join(w[0] for w in REWOUND) + " x x x x", 22.0, 30.0)]
+    ws = SPOKEN_BEFORE + REWOUND + words(*[(" x", 29.98, 29.98)] * 4)
+    segs = [Segment("".join(w.text for w in SPOKEN_BEFORE), 0.0, 30.0),
+            Segment("".join(w.text for w in REWOUND) + " x x x x", 22.0, 30.0)]
     cleaned = drop_hallucinations(segs, ws)
-    assert [w[0] for w in cleaned.words] == [w[0] for w in SPOKEN_BEFORE]
+    assert [w.text for w in cleaned.words] == [w.text for w in SPOKEN_BEFORE]
     assert cleaned.segments == [segs[0]]
     assert cleaned.dropped == ["There's not much difference at least they all call x x x x"]
     assert drop_hallucinations(segs[:1], SPOKEN_BEFORE) is None

@@ -4,8 +4,10 @@ import math
 
 import pytest
 
-from speaker_asr.attribution.naming import Match, cosine, match_speakers, name_turns
-from speaker_asr.types import Turn
+from speaker_asr.attribution.naming import (Match, cosine, known_names, match_speakers,
+                                            name_known_speakers)
+from speaker_asr.result import KnownSpeaker, Result, speaker_turns
+from speaker_asr.types import Segment, Word
 
 
 def test_cosine_is_scale_free_and_refuses_empty_or_mismatched_vectors():
@@ -63,8 +65,35 @@ def test_speakers_without_a_voice_are_skipped_and_ties_are_deterministic():
                == tie for _ in range(5))
 
 
-def test_name_turns_renames_only_matched_speakers():
-    turns = [Turn(0, 1, "SPEAKER_00"), Turn(1, 2, "SPEAKER_01"), Turn(2, 3, "SPEAKER_00")]
-    out = name_turns(turns, [Match("Alice", "SPEAKER_00", 0.9), Match("Carol", None, 0.1)])
-    assert [t.speaker for t in out] == ["Alice", "SPEAKER_01", "Alice"]
-    assert [(t.start, t.end) for t in out] == [(0, 1), (1, 2), (2, 3)]
+def diarized(*segments: Segment) -> Result:
+    return Result("".join(s.text for s in segments), list(segments), speaker_turns(segments), "en",
+                  segments[-1].end, "word", diarized=True, with_words=True)
+
+
+def test_known_names_rename_only_matched_speakers():
+    result = diarized(Segment(" a", 0, 1, "SPEAKER_00"), Segment(" b", 1, 2, "SPEAKER_01"),
+                      Segment(" c", 2, 3, "SPEAKER_00"))
+    out = result.renamed(known_names([Match("Alice", "SPEAKER_00", 0.9), Match("Carol", None, 0.1)]))
+    assert [t.speaker for t in out.segments] == ["Alice", "SPEAKER_01", "Alice"]
+    assert [(t.start, t.end) for t in out.segments] == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_name_known_speakers_names_the_matched_voice_everywhere():
+    result = diarized(Segment(" Hi.", 0.0, 1.0, "SPEAKER_00", [Word(" Hi.", 0.0, 1.0, "SPEAKER_00")]),
+                      Segment(" Yes.", 1.0, 2.0, "SPEAKER_01",
+                              [Word(" Yes.", 1.0, 2.0, "SPEAKER_01", ["SPEAKER_00"])]))
+    voices = {"SPEAKER_01": [0.0, 1.0], "SPEAKER_00": [1.0, 0.0]}
+    references = {"Bob": [0.1, 0.9999999], "Carol": [-1.0, 0.0]}
+    out = name_known_speakers(result, voices, references, 0.6, with_embeddings=True)
+    assert [s.speaker for s in out.segments] == ["SPEAKER_00", "Bob"]
+    assert [t.speaker for t in out.speaker_turns] == ["SPEAKER_00", "Bob"]
+    assert out.segments[1].words[0].speaker == "Bob" and out.segments[1].words[0].overlap == ["SPEAKER_00"]
+    assert out.known_speakers == [KnownSpeaker("Bob", "Bob", 0.995, [0.1, 1.0]),
+                                  KnownSpeaker("Carol", None, 0.0, [-1.0, 0.0])]  # its best
+    # keyed by the transcript's labels, in the order of the labels they had
+    assert list(out.speaker_embeddings.items()) == [("SPEAKER_00", [1.0, 0.0]), ("Bob", [0.0, 1.0])]
+    plain = name_known_speakers(result, voices, references, 0.6, with_embeddings=False)
+    assert plain.speaker_embeddings is None and all(k.embedding is None for k in plain.known_speakers)
+    # no voices (silence, or the embedding model failed): nobody is named
+    assert name_known_speakers(result, {}, references, 0.6, True).known_speakers == [
+        KnownSpeaker("Bob", None, None, [0.1, 1.0]), KnownSpeaker("Carol", None, None, [-1.0, 0.0])]

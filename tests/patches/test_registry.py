@@ -29,9 +29,16 @@ def test_every_patch_applies_on_the_pinned_versions(transcribers):
     report = transcribers[True].patch_report
     assert [(r.target, r.name) for r in report] == [(p.target, p.name) for p in PATCHES
                                                     if p.target in ("whisper", "assistant")]
+    for r in report:
+        if r.name == "fast_lm_head" and not native_bfloat16():
+            # CI's and some dev CPUs are AVX2 only: the bfloat16 projection stays off there
+            assert not r.applied and "bfloat16 is emulated" in r.reason
     if _transformers_major() < 5:
         skipped = {r.name for r in report if not r.applied}
-        assert skipped <= {"lean_decoder", "decoder_attention_at_load"}, report
+        allowed = {"lean_decoder", "decoder_attention_at_load"}
+        if not native_bfloat16():
+            allowed.add("fast_lm_head")
+        assert skipped <= allowed, report
         return
     for r in report:
         if r.name == "fast_lm_head" and not native_bfloat16():
