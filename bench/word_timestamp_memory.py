@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SAMPLE_RATE = 16_000
 
 
 def build(out: Path, d_model: int, encoder_layers: int, ffn_dim: int | None = None) -> Path:
@@ -54,6 +53,7 @@ def worker(args) -> dict:
 
     from common import peak_rss_mb, reset_peak_rss, rss_mb
     from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+    from speaker_asr.audio.decode import SAMPLE_RATE
     from speaker_asr.config import InferenceConfig, ModelSettings
     from speaker_asr.patches import registry
 
