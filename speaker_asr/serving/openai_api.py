@@ -509,12 +509,6 @@ class OpenAIRoutes:
         info = request_info(request)
         ticket = watch = None
         try:
-            ticket = await self.admit(request)
-            handler = self.runner.handler
-            if not callable(getattr(handler, "result", None)):
-                raise HttpError(501, "this server's handler cannot answer the OpenAI-compatible "
-                                     "routes (it has no result method); use POST /",
-                                code="not_implemented")
             kind = content_media_type(request.headers.get("content-type"))
             if kind != "multipart/form-data":
                 # refused before reading: OpenAI's audio API takes multipart uploads only
@@ -522,6 +516,12 @@ class OpenAIRoutes:
                                      f"OpenAI's other fields), got Content-Type "
                                      f"{request.headers.get('content-type')!r}",
                                 code="unsupported_media_type")
+            ticket = await self.admit(request)
+            handler = self.runner.handler
+            if not callable(getattr(handler, "result", None)):
+                raise HttpError(501, "this server's handler cannot answer the OpenAI-compatible "
+                                     "routes (it has no result method); use POST /",
+                                code="not_implemented")
             body = await read_body(request, self.max_body_bytes)
             parsed = await self._read(request, body, task)
             del body

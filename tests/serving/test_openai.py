@@ -625,3 +625,16 @@ def test_api_key_setting(monkeypatch):
         server.max_queue_from_env()
     monkeypatch.setenv("MAX_QUEUE", "0")
     assert server.max_queue_from_env() == 0
+
+
+def test_a_handler_that_cannot_give_a_result_answers_501_and_a_wrong_body_415(clip_bytes):
+    with inprocess(lambda: (lambda data: {"text": "", "duration": 1.0})) as (url, _):
+        with pytest.raises(openai.APIStatusError) as err:
+            client(url).audio.transcriptions.create(file=("a.wav", clip_bytes, "audio/wav"), model="m")
+        assert err.value.status_code == 501 and err.value.body["code"] == "not_implemented"
+        r = HTTP.post(url + "/v1/audio/translations", data=clip_bytes, headers={"Content-Type": "audio/wav"})
+        assert r.status_code == 415 and "multipart/form-data" in r.json()["error"]["message"]
+        r = HTTP.get(url + "/v1/nothing")
+        assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_url"
+        r = HTTP.get(url + "/v1/audio/transcriptions")
+        assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
