@@ -13,7 +13,10 @@ fault. Prints one line:
     load: sent=50 ok=30 4xx=20 5xx=0 lost=0 mismatched=0 p50=..s p95=..s ... health=N/N
 
 ``lost`` = no answer (timeout, connection reset); ``mismatched`` = an answer that is not the one
-its request should get. Exit code 1 when anything is lost, mismatched, a 5xx, or /health failed.
+its request should get; ``busy`` = refused by the server's bounded queue (503 with Retry-After,
+``MAX_QUEUE``: correct backpressure, not a failure; the server this script starts gets
+``MAX_QUEUE`` = ``--requests``, so that every request is answered). Exit code 1 when anything is
+lost, mismatched, another 5xx, or /health failed.
 
 Against ``--url`` only loopback addresses are accepted, and the size/length-limit cases are sent
 only when ``--max-body-bytes`` / ``--max-audio-seconds`` say what the server's limits are.
@@ -77,6 +80,7 @@ class Job:
     latency: Optional[float] = None
     problem: Optional[str] = None
     lost: Optional[str] = None
+    busy: bool = False  # 503 from a full queue (MAX_QUEUE), with Retry-After
     body: Any = field(default=None, repr=False)
 
 
@@ -177,6 +181,10 @@ def check(job: Job, response) -> Optional[str]:
     """Why this answer is not the one ``job`` should get (None when it is)."""
     if response.headers.get("x-request-id") != f"load-{job.index:03d}":
         return f"X-Request-Id {response.headers.get('x-request-id')!r} is not this request's"
+    if (response.status_code == 503 and response.headers.get("retry-after")
+            and "MAX_QUEUE" in response.text):
+        job.busy = True  # the bounded queue refused it: backpressure, not a wrong answer
+        return None
     if response.status_code != job.status:
         return f"status {response.status_code}, expected {job.status}: {response.text[:200]}"
     try:
@@ -265,7 +273,8 @@ def run_load(url: str, jobs: list[Job], timeout: float, health_interval: float =
         "invalid_sent": sum(1 for j in jobs if j.status != 200),
         "ok": sum(1 for j in answered if j.response_status == 200),
         "4xx": sum(1 for j in answered if 400 <= j.response_status < 500),
-        "5xx": sum(1 for j in answered if j.response_status >= 500),
+        "5xx": sum(1 for j in answered if j.response_status >= 500 and not j.busy),
+        "busy": sum(1 for j in answered if j.busy),
         "lost": sum(1 for j in jobs if j.lost),
         "mismatched": sum(1 for j in answered if j.problem),
         "latency_p50_s": percentile(latencies, 50),
@@ -280,7 +289,7 @@ def run_load(url: str, jobs: list[Job], timeout: float, health_interval: float =
         "health_max_latency_s": max((s for _, s in health), default=None),
         "wall_s": wall,
         "problems": [{"request": f"load-{j.index:03d}", "kind": j.kind, "lost": j.lost, "problem": j.problem}
-                     for j in jobs if j.lost or j.problem or (j.response_status or 0) >= 500],
+                     for j in jobs if j.lost or j.problem or ((j.response_status or 0) >= 500 and not j.busy)],
     }
 
 
@@ -308,8 +317,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         max_body, max_audio = 1_000_000, 30.0
         work = args.work or Path(tempfile.gettempdir()) / "asr-reliability"
+        # every request fits the queue: each must get its own answer
         server = local_server(work, MAX_BODY_BYTES=str(max_body), MAX_AUDIO_SECONDS=str(int(max_audio)),
-                              LOG_LEVEL="info")
+                              MAX_QUEUE=str(args.requests), LOG_LEVEL="info")
         url = server.url
         print(f"started {url}: ready after {server.wait_ready():.1f} s (log {server.log_path})", flush=True)
     try:
@@ -330,7 +340,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return "-" if v is None else f"{v:.2f}s"
 
     summary = (f"sent={result['sent']} ok={result['ok']} 4xx={result['4xx']} 5xx={result['5xx']} "
-               f"lost={result['lost']} mismatched={result['mismatched']} "
+               f"lost={result['lost']} mismatched={result['mismatched']} busy={result['busy']} "
                f"p50={s(result['latency_p50_s'])} p95={s(result['latency_p95_s'])} "
                f"max={s(result['latency_max_s'])} invalid_p50={s(result['invalid_latency_p50_s'])} "
                f"health={result['health_ok']}/{result['health_polls']} "

@@ -387,7 +387,7 @@ class InferenceConfig(BaseModel):
         try:
             return cls.model_validate(parameters, context={"capabilities": capabilities})
         except ValidationError as exc:
-            raise RequestError(describe_validation_error(exc)) from None
+            raise RequestError(describe_validation_error(exc), param=_first_parameter(exc)) from None
 
 
 _ALLOWED_TEXT = {
@@ -455,6 +455,14 @@ def describe_validation_error(exc: ValidationError) -> str:
             messages.append(f"invalid value for {name!r}: "
                             f"{err.get('msg', '').removeprefix('Value error, ')}")
     return "; ".join(messages)
+
+
+def _first_parameter(exc: ValidationError) -> Optional[str]:
+    """The parameter the first problem is about (None for a rule across parameters)."""
+    for err in exc.errors(include_url=False):
+        loc = err.get("loc", ())
+        return str(loc[0]) if loc else None
+    return None
 
 
 def _shown(value: Any) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
 from speaker_asr.config import InferenceConfig, ModelSettings
@@ -20,6 +20,7 @@ from speaker_asr.diarization.pipeline import configure_pyannote_telemetry, load_
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render_response
 from speaker_asr.pipeline import Pipeline
+from speaker_asr.result import Result
 
 logger = logging.getLogger("handler")
 
@@ -71,13 +72,28 @@ class EndpointHandler:
         """One request: validate -> decode -> run the pipeline -> render. A mistake in it raises
         :class:`~speaker_asr.errors.RequestError` (answer 400 with its message); anything else is
         the server's fault."""
+        config, result = self.result(data)
+        return render_response(result, config.response_format,
+                               speaker_names=config.speaker_names, task=config.task)
+
+    def result(self, data: dict[str, Any], on_start: Optional[Callable[[], None]] = None
+               ) -> tuple[InferenceConfig, Result]:
+        """One request up to its :class:`~speaker_asr.result.Result` (not yet rendered, speakers
+        not yet renamed by ``speaker_names``): validate -> decode -> run the pipeline. For
+        servers that write their own shapes (the OpenAI-compatible routes). ``on_start`` is
+        called once the request has been checked (parameters, audio, known speakers' clips),
+        before the models run. Raises :class:`~speaker_asr.errors.RequestError` for a mistake in
+        the request, its ``param`` naming the parameter (``inputs`` for the audio)."""
         if not isinstance(data, dict):
             raise RequestError("the request must be a JSON object with 'inputs' (base64 audio) and "
                                "optional 'parameters'")
         with self._lock:
             data = unwrap_json_body(data)
             config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
-            audio = preprocess_inputs(data.get("inputs"), max_duration_s=self.settings.max_audio_seconds)
-            result = self.pipeline(audio, config)
-            return render_response(result, config.response_format,
-                                   speaker_names=config.speaker_names, task=config.task)
+            try:
+                audio = preprocess_inputs(data.get("inputs"),
+                                          max_duration_s=self.settings.max_audio_seconds)
+            except RequestError as exc:
+                exc.param = exc.param or "inputs"
+                raise
+            return config, self.pipeline(audio, config, on_start=on_start)

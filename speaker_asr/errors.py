@@ -5,8 +5,20 @@ parameters -- with a message that says what is wrong and what is allowed. Server
 ``400`` with that message; any other exception is the server's fault and is answered ``500``
 without its text (it can hold paths, tokens or library internals). It is a ``ValueError``, so
 code that catches those (the Inference Endpoints toolkit answers everything ``400``) still works.
+
+``param`` names the request parameter at fault when one is (``num_speakers``; ``inputs`` for the
+audio itself), for APIs whose error object has a field for it (the OpenAI-compatible routes).
 """
+
+from __future__ import annotations
+
+from typing import Optional
 
 
 class RequestError(ValueError):
-    """A mistake in the request; ``str(error)`` is safe and useful to send back."""
+    """A mistake in the request; ``str(error)`` is safe and useful to send back. ``param``: the
+    parameter at fault, when one is."""
+
+    def __init__(self, message: str = "", param: Optional[str] = None):
+        super().__init__(message)
+        self.param = param

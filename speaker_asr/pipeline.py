@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -50,10 +50,15 @@ class Pipeline:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization") \
             if diarization is not None else None
 
-    def __call__(self, audio: np.ndarray, config: InferenceConfig) -> Result:
+    def __call__(self, audio: np.ndarray, config: InferenceConfig,
+                 on_start: Optional[Callable[[], None]] = None) -> Result:
+        """The request's Result. ``on_start`` is called once its inputs are checked (the known
+        speakers' clips embedded), before transcription and diarization start."""
         # known speakers' clips are checked and embedded before any decoding, so a bad clip is
         # refused at once (embeddings are cached by the clip's bytes)
         references = reference_voices(self.voices, config)
+        if on_start is not None:
+            on_start()
         with_voices = references is not None or config.return_speaker_embeddings
         if is_silent(audio, config):  # nothing to transcribe: Whisper would only make something up
             transcript = Transcript("", [], config.language if self.asr.multilingual else "en")
@@ -113,8 +118,12 @@ def reference_voices(voices, config: InferenceConfig) -> Optional[dict[str, list
                            "diarization pipeline has no speaker embedding model")
     if config.known_speaker_names is None:
         return None
-    return {name: voices.reference(i, name, ref).tolist() for i, (name, ref) in
-            enumerate(zip(config.known_speaker_names, config.known_speaker_references))}
+    try:
+        return {name: voices.reference(i, name, ref).tolist() for i, (name, ref) in
+                enumerate(zip(config.known_speaker_names, config.known_speaker_references))}
+    except RequestError as exc:
+        exc.param = exc.param or "known_speaker_references"
+        raise
 
 
 def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfig,

@@ -205,3 +205,69 @@ def test_known_speaker_clips_that_cannot_serve_are_refused_with_real_embeddings(
         tiny_en({"inputs": _wav_b64(audio[:5 * 16000]), "parameters": {
             "known_speaker_names": ["Diane"],
             "known_speaker_references": [base64.b64encode(b"%PDF-1.4 not audio" * 50).decode()]}})
+
+
+def test_the_openai_sdk_against_the_server_on_real_models(tmp_path):
+    """``python -m speaker_asr serve`` on tiny.en + the CAM++ pipeline with API_KEY set, driven by
+    the official openai SDK: the sample's words in json and text, both speakers in diarized_json,
+    Diane and Sheila named from clips of the first part, a stream ending in the same text, a wrong
+    key refused."""
+    openai = pytest.importorskip("openai")
+    need(REAL_MODELS / "whisper-tiny.en", PIPELINE, SAMPLE)
+    import numpy as np
+
+    from helpers import ServerProcess, server_env
+    from speaker_asr.audio.decode import decode_audio
+
+    key = "sk-real-models-0123456789abcdef"
+    env = server_env({"whisper": REAL_MODELS / "whisper-tiny.en", "assistant": "", "pyannote": PIPELINE},
+                     API_KEY=key, MAX_BODY_BYTES=str(20 << 20))
+    env.pop("MAX_NEW_TOKENS", None)
+    server = ServerProcess("real-openai", env, tmp_path)
+    try:
+        server.wait_health(lambda status, body: status == 200)
+        sdk = openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=600,
+                            http_client=openai.DefaultHttpxClient(trust_env=False))
+        sample = ("sample.wav", SAMPLE.read_bytes(), "audio/wav")
+        ref_words = [w for _, _, _, text in reference() for w in words(text)]
+        text = sdk.audio.transcriptions.create(file=sample, model="whisper-1", language="en").text
+        assert wer(ref_words, words(text)) <= 0.25
+        assert sdk.audio.transcriptions.create(file=sample, model="whisper-1",
+                                               response_format="text").strip() == text
+        diarized = sdk.audio.transcriptions.create(file=sample, model="whisper-1",
+                                                   response_format="diarized_json",
+                                                   extra_body={"num_speakers": 2})
+        assert {s.speaker for s in diarized.segments} == {"SPEAKER_00", "SPEAKER_01"}
+        verbose = sdk.audio.transcriptions.create(file=sample, model="whisper-1",
+                                                  response_format="verbose_json",
+                                                  timestamp_granularities=["word", "segment"])
+        assert verbose.language == "english" and len(verbose.words) > 50 and verbose.segments
+
+        audio = decode_audio(SAMPLE.read_bytes())
+        split = 17.78
+        ref = reference()
+
+        def data_uri(samples) -> str:
+            return "data:audio/wav;base64," + _wav_b64(samples)
+
+        def clip(name):
+            return np.concatenate([audio[int(s * 16000):int(e * 16000)] for spk, s, e, _ in ref
+                                   if spk == name and e <= split and e - s > 1.5])
+
+        named = sdk.audio.transcriptions.create(
+            file=("rest.wav", base64.b64decode(_wav_b64(audio[int(split * 16000):])), "audio/wav"),
+            model="whisper-1", response_format="diarized_json",
+            known_speaker_names=["Sheila", "Diane"],
+            known_speaker_references=[data_uri(clip("Sheila")), data_uri(clip("Diane"))])
+        assert {s.speaker for s in named.segments} == {"Sheila", "Diane"}
+
+        events = list(sdk.audio.transcriptions.create(file=sample, model="whisper-1", stream=True,
+                                                      language="en"))
+        assert events[-1].type == "transcript.text.done" and events[-1].text == text
+        assert any(e.type == "transcript.text.segment" for e in events)
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=server.url + "/v1", api_key="sk-wrong-0123456789abcdef", max_retries=0,
+                          http_client=openai.DefaultHttpxClient(trust_env=False)).models.list()
+        assert key not in server.log()
+    finally:
+        server.stop()

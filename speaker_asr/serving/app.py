@@ -15,15 +15,24 @@ Beyond the toolkit:
 * status codes separate client errors (400, 413, 415) from server errors (500, 503); a 500 says
   only "internal error (request id ...)" -- the traceback goes to the log;
 * ``GET /metrics`` (Prometheus text format) and one JSON log line per request; the token
-  (``HF_TOKEN``) is scrubbed from everything the server writes or answers.
+  (``HF_TOKEN``) and the API key are scrubbed from everything the server writes or answers;
+* OpenAI's audio API (speaker_asr/serving/openai_api.py): ``POST /v1/audio/transcriptions``,
+  ``POST /v1/audio/translations``, ``GET /v1/models``;
+* ``API_KEY``: when set, every route but ``/health`` needs ``Authorization: Bearer <key>``;
+* a bounded queue (``MAX_QUEUE``): a request that does not fit is answered 503 with
+  ``Retry-After`` before its body is read, and a queued request whose client disconnected is
+  dropped before the model runs it (runner.py).
 
-Environment: ``HOST`` (0.0.0.0), ``PORT`` (8080), ``MAX_BODY_BYTES`` (100 MiB), ``LOG_LEVEL``
-(info), plus the handler's model settings (``ASR_MODEL``, ... see config.py).
+Environment: ``HOST`` (0.0.0.0), ``PORT`` (8080), ``MAX_BODY_BYTES`` (100 MiB), ``MAX_QUEUE`` (8),
+``API_KEY`` (none), ``LOG_LEVEL`` (info), plus the handler's model settings (``ASR_MODEL``, ...
+see config.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -44,9 +53,12 @@ from starlette.routing import Route
 from speaker_asr.errors import RequestError
 from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_library_logs,
                                                configure_logging, log_level, refresh_secrets, scrub)
+from speaker_asr.serving import openai_api
 from speaker_asr.serving.metrics import Metrics
-from speaker_asr.serving.negotiation import HttpError, parse_request, read_body
-from speaker_asr.serving.runner import ModelRunner
+from speaker_asr.serving.negotiation import (HttpError, error_body, parse_request, read_body,
+                                             request_info)
+from speaker_asr.serving.runner import (DEFAULT_MAX_QUEUE, ClientGone, DisconnectWatch, ModelRunner,
+                                        QueueFull)
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (HF_MODEL_DIR by default)
 
@@ -62,7 +74,22 @@ logger = logging.getLogger("server")
 access_logger = logging.getLogger("server.access")
 
 _INCOMING_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-KNOWN_PATHS = ("/", "/health", "/predict", "/metrics")
+KNOWN_PATHS = ("/", "/health", "/predict", "/metrics", openai_api.TRANSCRIPTIONS,
+               openai_api.TRANSLATIONS, openai_api.MODELS)
+# the requests that transcribe (counted in the latency histogram, the bytes and in flight)
+INFERENCE_PATHS = PREDICT_PATHS + (openai_api.TRANSCRIPTIONS, openai_api.TRANSLATIONS)
+# what API_KEY leaves open: the health check (orchestrators and load balancers send no key)
+OPEN_PATHS = ("/health",)
+MIN_API_KEY_CHARS = 16
+_API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
+
+
+def _metric_path(path: str) -> str:
+    if path in KNOWN_PATHS:
+        return path
+    if path.startswith(openai_api.MODELS + "/"):
+        return openai_api.MODELS + "/{model}"
+    return "other"
 
 
 class RequestContextMiddleware:
@@ -86,7 +113,7 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})
         scope["state"]["request_info"] = info
         method, path = scope["method"], scope["path"]
-        inference = method == "POST" and path in PREDICT_PATHS
+        inference = method == "POST" and path in INFERENCE_PATHS
         token = _request_id.set(request_id)
         if inference:
             self.metrics.add_in_flight(1)
@@ -109,7 +136,8 @@ class RequestContextMiddleware:
             logger.exception("internal error on %s %s", method, path)
             info["error"] = "internal error"
             if info["status"] is None:
-                response = JSONResponse({"error": f"internal error (request id {request_id})"},
+                response = JSONResponse(error_body(path, HttpError(500, ""),
+                                                   f"internal error (request id {request_id})"),
                                         status_code=500)
                 try:
                     await response(scope, counting_receive, send_with_id)
@@ -118,7 +146,7 @@ class RequestContextMiddleware:
         finally:
             seconds = time.perf_counter() - started
             status = info["status"] if info["status"] is not None else 499
-            label = path if path in KNOWN_PATHS else "other"
+            label = _metric_path(path)
             self.metrics.record(method, label, status, seconds, inference, info["audio_seconds"],
                                 info["bytes_in"])
             if inference:
@@ -132,20 +160,64 @@ class RequestContextMiddleware:
             if info["error"]:
                 fields["error"] = scrub(info["error"])[:300]
             # health checks and scrapes come every few seconds: logged at debug level
-            quiet = method in ("GET", "HEAD") and path in KNOWN_PATHS
+            quiet = method in ("GET", "HEAD") and path in HEALTH_PATHS + ("/metrics",)
             access_logger.log(logging.DEBUG if quiet else logging.INFO, "request",
                               extra={"fields": fields, "request_id": request_id})
             _request_id.reset(token)
 
 
-def _request_info(request: Request) -> dict[str, Any]:
-    return request.scope.get("state", {}).get("request_info") or {"request_id": "-"}
+class ApiKeyMiddleware:
+    """With ``API_KEY`` set: every request but ``GET /health`` must carry ``Authorization: Bearer
+    <key>``; anything else is answered 401 in the route's own error shape, before its body is
+    read (uvicorn reads and drops a body the app leaves unread, so a client still uploading reads
+    the answer). The key is compared in constant time (of SHA-256 digests: not even its length
+    leaks) and never logged or echoed."""
+
+    def __init__(self, app, api_key: Optional[str]):
+        self.app = app
+        self.digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
+
+    def authorized(self, header: Optional[bytes]) -> tuple[bool, str]:
+        """(whether ``header`` carries the key, what is wrong when not)."""
+        if not header:
+            return False, ("this server requires an API key: send the header 'Authorization: "
+                           "Bearer <API_KEY>' (the openai SDK sends its api_key so)")
+        scheme, _, credential = header.decode("latin-1").strip().partition(" ")
+        if scheme.lower() != "bearer" or not credential.strip():
+            return False, ("the Authorization header must be 'Bearer <API_KEY>' (another scheme or "
+                           "an empty key was sent)")
+        given = hashlib.sha256(credential.strip().encode("utf-8", "surrogateescape")).digest()
+        if not hmac.compare_digest(given, self.digest):
+            return False, "the API key is wrong (the one this server was started with: API_KEY)"
+        return True, ""
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self.digest is None or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope.get("headers") or []).get(b"authorization")
+        ok, problem = self.authorized(header)
+        if ok:
+            await self.app(scope, receive, send)
+            return
+        info = scope.get("state", {}).get("request_info")
+        if info is not None:
+            info["error"] = problem
+        code = "missing_api_key" if not header else "invalid_api_key"
+        response = JSONResponse(error_body(scope["path"], HttpError(401, problem, code=code), problem),
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
 
 
 def _error(request: Request, exc: HttpError) -> JSONResponse:
+    """The error in the route's own shape: OpenAI's error object on /v1, ``{"error"}`` elsewhere."""
     message = scrub(exc.message)
-    _request_info(request)["error"] = message
-    return JSONResponse({"error": message}, status_code=exc.status, headers=exc.headers)
+    request_info(request)["error"] = message
+    return JSONResponse(error_body(request.url.path, exc, message), status_code=exc.status,
+                        headers=exc.headers)
+
+
+CLIENT_GONE = "the client disconnected while the request waited for the model; dropped before it ran"
 
 
 def default_handler_factory() -> Callable[[dict], Any]:
@@ -174,13 +246,52 @@ def max_body_bytes_from_env() -> int:
     return _env_int("MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, minimum=1)
 
 
+def max_queue_from_env() -> int:
+    return _env_int("MAX_QUEUE", DEFAULT_MAX_QUEUE, minimum=0, maximum=10_000)
+
+
+def api_key_from_env() -> Optional[str]:
+    """``API_KEY``, or None when unset or empty; ConfigError for a key too short to be safe or
+    with characters a header cannot carry (the message never shows the key)."""
+    raw = os.environ.get("API_KEY")
+    if raw is None or not raw.strip():
+        return None
+    key = raw.strip()
+    if not _API_KEY_CHARS.fullmatch(key):
+        raise ConfigError("API_KEY may hold only printable ASCII characters without spaces (it "
+                          "travels in the Authorization header)")
+    if len(key) < MIN_API_KEY_CHARS:
+        raise ConfigError(f"API_KEY is {len(key)} characters long; use at least {MIN_API_KEY_CHARS} "
+                          "(e.g. the output of: openssl rand -hex 32)")
+    return key
+
+
+async def wait_for_result(runner: ModelRunner, job, watch: DisconnectWatch, info: dict) -> None:
+    """Wait for ``job`` (submitted by the caller); ClientGone when its client disconnected before
+    the model started on it (dropped). Records the queue and model times."""
+    try:
+        await runner.wait(job, watch)
+    finally:
+        info["queue_ms"] = round(job.queued_seconds * 1000, 1)
+        info["inference_ms"] = round(job.run_seconds * 1000, 1)
+
+
+_UNSET: Any = object()
+
+
 def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = None,
-               max_body_bytes: Optional[int] = None) -> Starlette:
+               max_body_bytes: Optional[int] = None, max_queue: Optional[int] = None,
+               api_key: Optional[str] = _UNSET,
+               keepalive_s: float = openai_api.DEFAULT_KEEPALIVE_S) -> Starlette:
     """The ASGI app. ``handler_factory`` builds the handler (called once, on the worker thread,
-    when the app starts); by default ``handler.EndpointHandler()``."""
+    when the app starts); by default ``handler.EndpointHandler()``. ``max_body_bytes``,
+    ``max_queue``, ``api_key``: by default from the environment (MAX_BODY_BYTES, MAX_QUEUE,
+    API_KEY); ``keepalive_s``: seconds between keep-alive comments of an event stream."""
     refresh_secrets()
     limit = max_body_bytes if max_body_bytes is not None else max_body_bytes_from_env()
-    runner = ModelRunner(handler_factory or default_handler_factory)
+    queue_limit = max_queue if max_queue is not None else max_queue_from_env()
+    key = api_key_from_env() if api_key is _UNSET else api_key
+    runner = ModelRunner(handler_factory or default_handler_factory, max_queue=queue_limit)
     metrics = Metrics()
 
     async def health(request: Request) -> Response:
@@ -190,30 +301,57 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def predict(request: Request) -> Response:
-        info = _request_info(request)
+        info = request_info(request)
+        ticket = watch = None
         try:
-            if not runner.ready:
-                status, body, headers = runner.status()
-                raise HttpError(503, body["reason"], headers)
+            ticket = await admit(request)
             body_bytes = await read_body(request, limit)
             data = await parse_request(request, body_bytes)
             del body_bytes
             try:
                 runner.precheck(data)
-                result, queued, ran = await runner.run(data)
+                watch = DisconnectWatch(request.receive)
+                job = runner.submit(data, ticket=ticket)
+                del data  # the job holds the audio now: dropped with it if the client goes
+                await wait_for_result(runner, job, watch, info)
+                result = job.future.result()
             except RequestError as exc:  # the client's mistake; anything else is a 500
-                raise HttpError(400, str(exc) or type(exc).__name__) from None
+                raise HttpError(400, str(exc) or type(exc).__name__, param=exc.param) from None
         except HttpError as exc:
             return _error(request, exc)
         except ClientDisconnect:
             info["error"] = "the client disconnected before sending the whole body"
             return Response(status_code=499)
-        info["queue_ms"] = round(queued * 1000, 1)
-        info["inference_ms"] = round(ran * 1000, 1)
+        except ClientGone:
+            info["error"] = CLIENT_GONE
+            return Response(status_code=499)
+        finally:
+            if ticket is not None:
+                ticket.release()
+            if watch is not None:
+                watch.close()
+        if watch.gone.is_set():
+            info["error"] = "the client disconnected while the model ran; the answer was discarded"
+            return Response(status_code=499)
         if isinstance(result, dict) and isinstance(result.get("duration"), (int, float)):
             info["audio_seconds"] = float(result["duration"])
         payload = json.dumps(result, ensure_ascii=False, allow_nan=False)
         return Response(payload, media_type="application/json")
+
+    async def admit(request: Request):
+        """A place in the queue for this request, before its body is read; HttpError 503 while
+        the model is not ready or when the queue is full (with Retry-After)."""
+        if not runner.ready:
+            status, body, headers = runner.status()
+            code = "model_loading" if runner.state == "loading" else "model_failed"
+            if runner.state == "failed":  # retrying will not help until the server is fixed
+                headers = {**headers, "X-Should-Retry": "false"}
+            raise HttpError(503, body["reason"], headers, code=code)
+        try:
+            return runner.admit()
+        except QueueFull as exc:
+            raise HttpError(503, str(exc), {"Retry-After": str(exc.retry_after)},
+                            code="queue_full") from None
 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(metrics.render(runner), media_type=METRICS_CONTENT_TYPE)
@@ -221,7 +359,8 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 404:
             message = (f"no such route: {request.method} {request.url.path}; use POST / or "
-                       "/predict, GET /health or GET /metrics")
+                       "/predict, GET /health, GET /metrics, POST /v1/audio/transcriptions, POST "
+                       "/v1/audio/translations or GET /v1/models")
         elif exc.status_code == 405:
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
@@ -231,12 +370,14 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         runner.start()
-        logger.info("listening; loading the model in the background (max body %d bytes)", limit)
+        logger.info("listening; loading the model in the background (max body %d bytes, max queue "
+                    "%d, API key %s)", limit, queue_limit, "required" if key else "not required")
         try:
             yield
         finally:
             runner.stop()
 
+    v1 = openai_api.OpenAIRoutes(runner, limit, admit, _error, keepalive_s)
     app = Starlette(
         routes=[
             Route("/", health, methods=["GET"]),
@@ -244,14 +385,17 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/", predict, methods=["POST"]),
             Route("/predict", predict, methods=["POST"]),
+            *v1.routes(),
         ],
-        middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
+        middleware=[Middleware(RequestContextMiddleware, metrics=metrics),
+                    Middleware(ApiKeyMiddleware, api_key=key)],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
     app.state.runner = runner
     app.state.metrics = metrics
     app.state.max_body_bytes = limit
+    app.state.max_queue = queue_limit
     return app
 
 

@@ -17,22 +17,27 @@ _request_id: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("req
 
 
 class ConfigError(ValueError):
-    """A server setting (HOST, PORT, MAX_BODY_BYTES, LOG_LEVEL) is invalid."""
+    """A server setting (HOST, PORT, MAX_BODY_BYTES, MAX_QUEUE, API_KEY, LOG_LEVEL) is invalid."""
 
 
 # --------------------------------------------------------------------------- secrets
 
 
-_SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN")
+# HF_TOKEN (the hub) and API_KEY (this server's own key: every client's Authorization header)
+_SECRET_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN", "API_KEY")
 _SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "API_KEY")
 # a Hugging Face user access token, wherever it comes from
 _HF_TOKEN_PATTERN = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+# a bearer credential (an Authorization header's value, the server's key or a wrong one a client
+# sent), wherever it would show up in a message
+_BEARER_PATTERN = re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+")
 REDACTED = "<redacted>"
 _secrets: Optional[list[str]] = None
 
 
 def refresh_secrets(environ: Optional[dict] = None) -> list[str]:
-    """Remember the values of HF_TOKEN and other *_TOKEN / *_SECRET variables for :func:`scrub`."""
+    """Remember the values of HF_TOKEN, API_KEY and other *_TOKEN / *_SECRET / *_API_KEY
+    variables for :func:`scrub`."""
     global _secrets
     env = os.environ if environ is None else environ
     values = set()
@@ -51,6 +56,7 @@ def scrub(text: Any) -> str:
     text = str(text)
     for secret in _secrets if _secrets is not None else refresh_secrets():
         text = text.replace(secret, REDACTED)
+    text = _BEARER_PATTERN.sub(lambda m: m.group(1) + REDACTED, text)
     return _HF_TOKEN_PATTERN.sub(REDACTED, text)
 
 

@@ -72,18 +72,27 @@ class Metrics:
             metric("asr_audio_seconds_total", "counter",
                    "Seconds of audio transcribed (the responses' duration).", [("", self.audio_seconds)])
             metric("asr_request_bytes_total", "counter",
-                   "Request body bytes received by POST / and /predict.", [("", self.bytes_in)])
+                   "Request body bytes received by the transcription routes.", [("", self.bytes_in)])
             # bucket_counts are cumulative already: each observation counts in every bucket >= it
             cumulative = [(f'_bucket{{le="{_num(bound)}"}}', count)
                           for bound, count in zip(self.BUCKETS, self.bucket_counts)]
             metric("asr_request_duration_seconds", "histogram",
-                   "Latency of POST / and /predict requests, every status code.",
+                   "Latency of transcription requests (POST /, /predict, /v1/audio/*), every status code.",
                    cumulative + [("_sum", self.latency_sum), ("_count", self.latency_count)])
             in_flight = self.in_flight
         waiting, running_now = runner.counts()
         metric("asr_requests_in_flight", "gauge",
-               "POST / and /predict requests being handled (reading, queued or running).", [("", in_flight)])
+               "Transcription requests being handled (reading, queued or running).", [("", in_flight)])
         metric("asr_queue_depth", "gauge", "Requests waiting for the model.", [("", waiting)])
+        metric("asr_queue_limit", "gauge",
+               "MAX_QUEUE: requests that may wait for the model beside the one it runs.",
+               [("", runner.max_queue)])
+        metric("asr_requests_rejected_queue_full_total", "counter",
+               "Transcription requests refused with 503 because MAX_QUEUE requests were waiting.",
+               [("", runner.rejected_queue_full)])
+        metric("asr_requests_dropped_disconnected_total", "counter",
+               "Queued requests dropped before the model ran them because their client disconnected.",
+               [("", runner.dropped_disconnected)])
         metric("asr_inference_running", "gauge", "Requests the model is working on (0 or 1).",
                [("", running_now)])
         metric("asr_model_ready", "gauge", "1 once the model is loaded, 0 while loading or after a failed load.",

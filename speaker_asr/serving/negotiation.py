@@ -18,13 +18,38 @@ DRAIN_AFTER_LIMIT_BYTES = 1024 * 1024
 
 
 class HttpError(Exception):
-    """An HTTP error answered as ``{"error": message}``."""
+    """An HTTP error answered as ``{"error": message}`` (on ``/v1``: OpenAI's error object, with
+    ``param`` and ``code`` when they are known)."""
 
-    def __init__(self, status: int, message: str, headers: Optional[dict] = None):
+    def __init__(self, status: int, message: str, headers: Optional[dict] = None,
+                 code: Optional[str] = None, param: Optional[str] = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        self.code = code
+        self.param = param
+
+
+OPENAI_PREFIX = "/v1"
+# OpenAI's error codes where our HttpError names none
+_DEFAULT_CODES = {401: "invalid_api_key", 404: "unknown_url", 405: "method_not_allowed",
+                  413: "request_too_large", 415: "unsupported_media_type", 500: "internal_error",
+                  503: "service_unavailable"}
+
+
+def is_openai_path(path: str) -> bool:
+    return path == OPENAI_PREFIX or path.startswith(OPENAI_PREFIX + "/")
+
+
+def error_body(path: str, exc: HttpError, message: str) -> dict[str, Any]:
+    """The error's JSON for a request to ``path``: OpenAI's error object on ``/v1``, else
+    ``{"error": message}``."""
+    if is_openai_path(path):
+        from speaker_asr.formats.openai_shapes import error_object
+
+        return error_object(message, exc.status, exc.param, exc.code or _DEFAULT_CODES.get(exc.status))
+    return {"error": message}
 
 
 # the audio types the inference toolkit lists, and a few more; any audio/* or video/* is accepted
@@ -144,6 +169,15 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def request_info(request: Request) -> dict[str, Any]:
+    """What the request logs (RequestContextMiddleware in app.py puts it in the scope)."""
+    return request.scope.get("state", {}).get("request_info") or {"request_id": "-"}
+
+
+# a form field's value (a data URI of a reference clip) may be this large; the body limit applies
+MAX_FORM_FIELD_BYTES = 64 * 1024 * 1024
+
+
 # parameters that are lists even when given once (``known_speaker_names=Alice``)
 LIST_PARAMETERS = ("known_speaker_names", "known_speaker_references")
 
@@ -216,14 +250,19 @@ def _replay(body: bytes):
 IGNORED_FORM_FIELDS = ("model",)
 
 
-async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) -> dict[str, Any]:
+async def read_form(request: Request, body: bytes):
+    """The multipart form of ``body`` (already read), or HttpError 400."""
     replayed = Request(request.scope, receive=_replay(body))
     try:
-        form = await replayed.form()
+        return await replayed.form(max_part_size=MAX_FORM_FIELD_BYTES)
     except HTTPException as exc:
         raise HttpError(400, f"invalid multipart/form-data body: {exc.detail}") from None
     except Exception as exc:  # python-multipart's MultiPartException and parse errors
         raise HttpError(400, f"invalid multipart/form-data body: {exc}") from None
+
+
+async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) -> dict[str, Any]:
+    form = await read_form(request, body)
     try:
         audio: Optional[bytes] = None
         fields: list[tuple[str, str]] = []

@@ -1,5 +1,14 @@
 """ModelRunner: loads the handler in the background and runs one call at a time on a single
-worker thread."""
+worker thread, behind a bounded queue.
+
+A transcription request takes a place (:meth:`ModelRunner.admit`) before its body is read: at
+most ``MAX_QUEUE`` requests wait beside the one the model runs, so at most ``MAX_QUEUE + 1``
+bodies are held in memory; one more is refused (:class:`QueueFull`: 503 with ``Retry-After``).
+A request submitted to the model (:meth:`ModelRunner.submit`) is watched while it waits
+(:meth:`ModelRunner.wait`): when its client disconnects before the model starts on it, it is
+dropped (:class:`ClientGone`) and its data (the audio) released at once, not when the worker
+gets to it.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
+import math
 import queue
 import threading
 import time
@@ -16,23 +26,146 @@ from speaker_asr.serving.logging_setup import scrub
 
 logger = logging.getLogger("server")
 
+# requests that may wait for the model beside the one it runs: each holds its body (up to
+# MAX_BODY_BYTES, 100 MiB by default) in memory, so 8 bound the queued uploads to 800 MiB; and a
+# ninth request would wait for eight transcriptions first (minutes for long audio), longer than
+# most clients' timeouts
+DEFAULT_MAX_QUEUE = 8
+# Retry-After before anything was measured, and its bounds (clients such as the openai SDK only
+# honour values up to 60 s)
+DEFAULT_RETRY_AFTER_S = 5
+MAX_RETRY_AFTER_S = 60
+
+
+class QueueFull(Exception):
+    """No place is left in the queue: answer 503 with ``Retry-After: retry_after``."""
+
+    def __init__(self, limit: int, retry_after: int):
+        super().__init__(f"the server is busy: {limit} requests are waiting for the model already "
+                         f"(MAX_QUEUE={limit}); retry in about {retry_after} s")
+        self.limit = limit
+        self.retry_after = retry_after
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited for the model: dropped, never run."""
+
+
+class Ticket:
+    """A request's place in the queue, from before its body is read until the model starts on it
+    (or the request ends). :meth:`release` is idempotent."""
+
+    def __init__(self, runner: "ModelRunner"):
+        self._runner = runner
+        self.held = True
+
+    def release(self) -> None:
+        with self._runner._lock:
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        if self.held:
+            self.held = False
+            self._runner.admitted -= 1
+
+
+class Job:
+    """One call of the model for one request. ``data`` is dropped as soon as the job is dropped
+    or has run. ``future``: its outcome (the call's result or exception)."""
+
+    def __init__(self, runner: "ModelRunner", data: Any, call: Callable[[Any], Any],
+                 ticket: Optional[Ticket]):
+        self.runner = runner
+        self.data = data
+        self.call = call
+        self.ticket = ticket
+        self.context = contextvars.copy_context()  # the request id reaches the handler's log lines
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.submitted = time.perf_counter()
+        self.started: Optional[float] = None
+        self.ended: Optional[float] = None
+        self.dropped = False
+
+    @property
+    def queued_seconds(self) -> float:
+        return (self.started if self.started is not None else time.perf_counter()) - self.submitted
+
+    @property
+    def run_seconds(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.ended if self.ended is not None else time.perf_counter()) - self.started
+
+    def __call__(self) -> None:  # on the worker thread
+        runner = self.runner
+        with runner._lock:
+            if not self.future.set_running_or_notify_cancel():
+                return  # dropped while it waited: counted and released by drop()
+            runner.waiting -= 1
+            runner.running += 1
+            if self.ticket is not None:
+                self.ticket._release_locked()
+        self.started = time.perf_counter()
+        data, self.data = self.data, None
+        try:
+            result = self.context.run(self.call, data)
+        except BaseException as exc:
+            outcome: tuple = (None, exc)
+        else:
+            outcome = (result, None)
+        del data
+        # times and counters first: setting the future wakes the request up
+        self.ended = time.perf_counter()
+        with runner._lock:
+            runner.running -= 1
+            runner._observe(self.ended - self.started)
+        if outcome[1] is not None:
+            self.future.set_exception(outcome[1])
+        else:
+            self.future.set_result(outcome[0])
+
+
+class DisconnectWatch:
+    """Reads the request's ASGI ``receive`` after its body, until ``http.disconnect``: ``gone``
+    is set when the client has gone away. :meth:`close` stops watching."""
+
+    def __init__(self, receive: Callable):
+        self.gone = asyncio.Event()
+        self._task = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Callable) -> None:
+        while True:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                self.gone.set()
+                return
+
+    def close(self) -> None:
+        self._task.cancel()
+
 
 class ModelRunner:
     """Owns the handler. It loads once in the background, then runs one call at a time on a
     single daemon worker thread (model calls are not re-entrant), so the event loop stays free."""
 
-    def __init__(self, factory: Callable[[], Callable[[dict], Any]]):
+    def __init__(self, factory: Callable[[], Callable[[dict], Any]], max_queue: int = DEFAULT_MAX_QUEUE):
         self.factory = factory
+        self.max_queue = max_queue
         self.state = "loading"  # loading | ready | failed
         self.reason: Optional[str] = None
         self.handler: Optional[Callable[[dict], Any]] = None
         self.load_started = time.monotonic()
         self.load_seconds: Optional[float] = None
+        self.loaded_at: Optional[float] = None  # wall clock (time.time()) when loading finished
         self._jobs: "queue.SimpleQueue" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+        self.admitted = 0  # tickets held: requests reading, parsing or waiting, not yet running
         self.waiting = 0  # submitted, not started: the queue depth
         self.running = 0
+        self.rejected_queue_full = 0
+        self.dropped_disconnected = 0
+        self._mean_run_s: Optional[float] = None
 
     @property
     def ready(self) -> bool:
@@ -61,6 +194,7 @@ class ModelRunner:
             if job is None:
                 return
             job()
+            del job  # a finished job's data must not live on in this frame until the next one
 
     def _load(self) -> None:
         try:
@@ -73,6 +207,7 @@ class ModelRunner:
             return
         self.handler = handler
         self.load_seconds = time.monotonic() - self.load_started
+        self.loaded_at = time.time()
         self.state = "ready"
         logger.info("model ready after %.1f s", self.load_seconds)
 
@@ -106,39 +241,86 @@ class ModelRunner:
 
         InferenceConfig.from_request(data.get("parameters"), capabilities)
 
-    async def run(self, data: dict[str, Any]) -> tuple[Any, float, float]:
-        """(result, seconds queued, seconds running); the handler's exceptions propagate."""
+    # ----------------------------------------------------------------------------- the queue
+
+    def retry_after(self) -> int:
+        """Seconds after which a place in the queue is likely free: about one run of the model
+        (the running request's end frees one), by the mean of recent runs."""
+        mean = self._mean_run_s
+        if mean is None:
+            return DEFAULT_RETRY_AFTER_S
+        return int(min(MAX_RETRY_AFTER_S, max(1, math.ceil(mean))))
+
+    def _observe(self, seconds: float) -> None:
+        # an exponentially weighted mean of the last runs (under the lock)
+        self._mean_run_s = seconds if self._mean_run_s is None else 0.7 * self._mean_run_s + 0.3 * seconds
+
+    def admit(self) -> Ticket:
+        """A place for a new request, before its body is read; :class:`QueueFull` when
+        ``max_queue`` requests wait already (beside the one the model runs)."""
+        with self._lock:
+            if self.admitted + self.running >= self.max_queue + 1:
+                self.rejected_queue_full += 1
+                raise QueueFull(self.max_queue, self.retry_after())
+            self.admitted += 1
+            return Ticket(self)
+
+    def submit(self, data: Any, call: Optional[Callable[[Any], Any]] = None,
+               ticket: Optional[Ticket] = None) -> Job:
+        """Queue ``call(data)`` (by default ``handler(data)``) for the worker thread. The caller
+        should drop its own reference to ``data``: the job holds it until it runs or is dropped."""
         assert self.handler is not None
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        context = contextvars.copy_context()  # the request id reaches the handler's log lines
-        submitted = time.perf_counter()
-        times = {}
-
-        def job() -> None:
-            with self._lock:
-                self.waiting -= 1
-            if not future.set_running_or_notify_cancel():
-                return
-            with self._lock:
-                self.running += 1
-            times["start"] = time.perf_counter()
-            try:
-                result = context.run(self.handler, data)
-            except BaseException as exc:
-                outcome: tuple = (None, exc)
-            else:
-                outcome = (result, None)
-            # times and counters first: setting the future wakes the request up
-            times["end"] = time.perf_counter()
-            with self._lock:
-                self.running -= 1
-            if outcome[1] is not None:
-                future.set_exception(outcome[1])
-            else:
-                future.set_result(outcome[0])
-
+        job = Job(self, data, call or self.handler, ticket)
         with self._lock:
             self.waiting += 1
         self._jobs.put(job)
-        result = await asyncio.wrap_future(future)
-        return result, times["start"] - submitted, times["end"] - times["start"]
+        return job
+
+    def drop(self, job: Job) -> bool:
+        """Drop a job that has not started (its client is gone): True when dropped (counted, its
+        data released); False when the model is already on it or done."""
+        with self._lock:
+            if not job.future.cancel():
+                return False
+            self.waiting -= 1
+            self.dropped_disconnected += 1
+            job.data = None
+            job.dropped = True
+            if job.ticket is not None:
+                job.ticket._release_locked()
+        return True
+
+    async def wait(self, job: Job, watch: Optional[DisconnectWatch] = None,
+                   until: Optional[asyncio.Event] = None) -> bool:
+        """Wait for the job to finish -- or, with ``until``, for that event, whichever is first.
+        Returns whether the job is done. When ``watch`` sees the client go before the model has
+        started on the job, the job is dropped and :class:`ClientGone` raised; once it has
+        started, the model finishes it (it cannot be interrupted) and this keeps waiting."""
+        done = asyncio.wrap_future(job.future)
+        # the outcome is read from job.future: mark this copy's exception as retrieved
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        waiters: list = [done]
+        extra = []
+        if until is not None:
+            extra.append(asyncio.ensure_future(until.wait()))
+        gone_task = None
+        if watch is not None and not watch.gone.is_set():
+            gone_task = asyncio.ensure_future(watch.gone.wait())
+            extra.append(gone_task)
+        elif watch is not None and self.drop(job):
+            raise ClientGone()
+        try:
+            while True:
+                finished, _ = await asyncio.wait(waiters + extra, return_when=asyncio.FIRST_COMPLETED)
+                if done in finished:
+                    return True
+                if gone_task is not None and gone_task in finished:
+                    if self.drop(job):
+                        raise ClientGone()
+                    extra.remove(gone_task)  # running: wait for it anyway
+                    gone_task = None
+                    continue
+                return done.done()  # ``until`` is set
+        finally:
+            for task in extra:
+                task.cancel()

@@ -52,8 +52,11 @@ SEEN: list[str] = []
 
 
 def reliability_env(tiny_models, pyannote: Path, **overrides) -> dict:
+    # MAX_QUEUE: the 12 concurrent requests below must all fit the queue (each gets its own
+    # answer); what a full queue answers is tested in test_openai.py
     return server_env(tiny_models, ASSISTANT_MODEL="", DIARIZATION_MODEL=str(pyannote),
-                      MAX_BODY_BYTES=str(MAX_BODY), MAX_AUDIO_SECONDS=str(MAX_AUDIO_S), **overrides)
+                      MAX_BODY_BYTES=str(MAX_BODY), MAX_AUDIO_SECONDS=str(MAX_AUDIO_S),
+                      MAX_QUEUE="16", **overrides)
 
 
 @pytest.fixture(scope="module")
