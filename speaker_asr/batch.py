@@ -520,17 +520,19 @@ class BatchRun:
 
     The engine is loaded only when there is something to do (RunError when it cannot be).
     Setting ``stop`` ends the run after the recordings already in hand (a remote one waiting to
-    retry is put down). A RunError from a recording (the token refused, ...) ends it too, and so
-    does every recording in flight giving up on an unavailable service (``stop_after_unavailable``
-    in a row, by default the engine's concurrency): ``stopped_because`` says why."""
+    retry is put down). A RunError from a recording (the token refused, ...) ends it too. Once a
+    recording gives up on an unavailable service, no new one is sent until one in flight
+    succeeds; when every one in flight has given up the run ends (unless
+    ``stop_when_unavailable`` is false: then each recording keeps its own retry budget).
+    ``stopped_because`` says why a run ended early."""
 
     def __init__(self, plan: Plan, engine: Engine, parameters: Optional[dict[str, Any]] = None,
-                 *, stop: Optional[threading.Event] = None, stop_after_unavailable: Optional[int] = None):
+                 *, stop: Optional[threading.Event] = None, stop_when_unavailable: bool = True):
         self.plan = plan
         self.engine = engine
         self.parameters = dict(parameters or {})
         self.stop = stop or threading.Event()
-        self.stop_after_unavailable = stop_after_unavailable or max(1, engine.concurrency)
+        self.stop_when_unavailable = stop_when_unavailable
         self.stopped_because: Optional[str] = None
         self.started = time.monotonic()
 
@@ -550,11 +552,12 @@ class BatchRun:
             worker.start()
         pending = iter(todo)
         in_flight = 0
-        unavailable_in_a_row = 0
+        unavailable_in_a_row = 0  # recordings that gave up since the last one that got through
         left: list[Job] = []
         try:
             while True:
-                while in_flight < len(workers) and not self._stopping():
+                holding = self.stop_when_unavailable and unavailable_in_a_row > 0
+                while in_flight < len(workers) and not self._stopping() and not holding:
                     job = next(pending, None)
                     if job is None:
                         break
@@ -572,12 +575,12 @@ class BatchRun:
                     continue
                 if isinstance(error, Unavailable):
                     unavailable_in_a_row += 1
-                    if unavailable_in_a_row >= self.stop_after_unavailable and self.stopped_because is None:
+                    if self.stop_when_unavailable and in_flight == 0 and self.stopped_because is None:
                         self.stopped_because = (
                             f"the service stayed unavailable for {unavailable_in_a_row} recording"
                             f"{'s' if unavailable_in_a_row != 1 else ''} in a row (last: {error})")
-                elif error is None or isinstance(error, FileError):
-                    unavailable_in_a_row = 0
+                elif not isinstance(error, RunError):
+                    unavailable_in_a_row = 0  # an answer got through: the service is up
                 if isinstance(error, RunError) and self.stopped_because is None:
                     self.stopped_because = str(error)
                 yield self._finish(job, answer, error, seconds)
