@@ -52,6 +52,7 @@ DEFAULT_CONCURRENCY = 2
 DEFAULT_MAX_WAIT_S = 600.0
 DEFAULT_REQUEST_TIMEOUT_S = 3600.0
 REMOTE_ONLY = ("token", "concurrency", "body", "max_wait", "request_timeout")
+HF_ENDPOINT_DOMAINS = (".endpoints.huggingface.cloud", ".huggingface.cloud", ".hf.space")
 
 
 def _positive_int(text: str) -> int:
@@ -301,16 +302,24 @@ def _is_batch(args: argparse.Namespace) -> bool:
             or any(f != "-" and Path(f).is_dir() for f in files))
 
 
-def _token(args: argparse.Namespace) -> tuple[Optional[str], str]:
-    """The bearer token for --url and where it came from (for messages): --token, then
-    HF_TOKEN, then API_KEY."""
+def _token(args: argparse.Namespace, url: str) -> tuple[Optional[str], str]:
+    """The bearer token for --url and where it came from (for messages, never the token):
+    --token; else for an Inference Endpoint (``*.endpoints.huggingface.cloud``) HF_TOKEN, then
+    API_KEY; for any other server (ours) API_KEY, then HF_TOKEN."""
     if args.token:
         return args.token, "--token"
-    for name in ("HF_TOKEN", "API_KEY"):
-        value = (os.environ.get(name) or "").strip()
-        if value:
-            return value, name
-    return None, "none"
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    order = ("HF_TOKEN", "API_KEY") if host.endswith(HF_ENDPOINT_DOMAINS) else ("API_KEY", "HF_TOKEN")
+    found = [(name, (os.environ.get(name) or "").strip()) for name in order]
+    found = [(name, value) for name, value in found if value]
+    if not found:
+        return None, "none"
+    name, value = found[0]
+    if len(found) > 1:
+        name += f" ({found[1][0]} is set too: --token chooses)"
+    return value, name
 
 
 def make_engine(args: argparse.Namespace):
@@ -327,11 +336,21 @@ def make_engine(args: argparse.Namespace):
         return LocalEngine()
     from speaker_asr.remote import RemoteEngine, RetryPolicy
 
-    token, source = _token(args)
+    token, source = _token(args, args.url)
     return RemoteEngine(args.url, token=token, token_source=source,
                         concurrency=args.concurrency or DEFAULT_CONCURRENCY, body=args.body or "json",
                         policy=RetryPolicy(max_wait_s=args.max_wait or DEFAULT_MAX_WAIT_S),
                         timeout_s=args.request_timeout or DEFAULT_REQUEST_TIMEOUT_S)
+
+
+def _warn_cleartext(engine) -> None:
+    """A token about to go unencrypted (http://) to another machine: say so (not the token)."""
+    from urllib.parse import urlsplit
+
+    url = getattr(engine, "url", None)
+    if url and engine.token and urlsplit(url).scheme == "http" and not engine.loopback:
+        print(f"warning: the token from {engine.token_source} goes unencrypted (http://) to "
+              f"{urlsplit(url).hostname}; use https:// beyond this machine", file=sys.stderr)
 
 
 def _check_body(engine, params: dict[str, Any], formats: list[str]) -> None:
@@ -369,6 +388,7 @@ def transcribe(args: argparse.Namespace) -> int:
         check_parameters({**params, "response_format": formats[0]})
         engine = make_engine(args)
         _check_body(engine, params, formats)
+        _warn_cleartext(engine)
     except ValueError as exc:
         return _fail(str(exc), 2)
     file = args.file[0]
@@ -472,6 +492,7 @@ def transcribe_many(args: argparse.Namespace) -> int:
         check_parameters({**params, "response_format": formats[0]})
         engine = make_engine(args)
         _check_body(engine, params, formats)
+        _warn_cleartext(engine)
         work = batch.plan(args.file, output_dir, formats, recursive=args.recursive,
                           overwrite=args.overwrite)
         manifest = batch.Manifest(args.manifest) if args.manifest else None

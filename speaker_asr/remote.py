@@ -26,7 +26,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
@@ -213,7 +213,7 @@ class RemoteEngine:
         self.rng = rng or random.Random()
         self._rng_lock = threading.Lock()
         self._local = threading.local()
-        self._loopback = _is_loopback(urlsplit(self.url).hostname)
+        self.loopback = _is_loopback(urlsplit(self.url).hostname)
         self.shown_url = display_url(self.url)
 
     # -- safe text
@@ -291,7 +291,7 @@ class RemoteEngine:
             import requests
 
             session = requests.Session()
-            if self._loopback:
+            if self.loopback:
                 session.trust_env = False  # never through a proxy to 127.0.0.1
             self._local.session = session
         return session

@@ -444,3 +444,37 @@ def test_remote_options_are_checked_before_anything_is_sent(tmp_path, args, frag
     proc = run_cli(["transcribe", audio, *args], dict(__import__("os").environ, DEVICE="nonsense"))
     assert proc.returncode == 2, proc.stderr
     assert fragment in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_which_token_is_sent(monkeypatch):
+    """--token; else an Inference Endpoint gets HF_TOKEN first, any other server (ours) API_KEY
+    first; the source is named for messages, with a hint when both are set."""
+    from speaker_asr import cli
+
+    def token(url, *extra):
+        args = cli.build_parser().parse_args(["transcribe", "a.wav", "--url", url, *extra])
+        return cli._token(args, url)
+
+    endpoint, ours = "https://abc.us-east-1.aws.endpoints.huggingface.cloud", "http://127.0.0.1:8080"
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("API_KEY", raising=False)
+    assert token(ours) == (None, "none")
+    monkeypatch.setenv("HF_TOKEN", "hf_user_token_0123456789")
+    assert token(ours) == ("hf_user_token_0123456789", "HF_TOKEN")
+    monkeypatch.setenv("API_KEY", "server-key-123")
+    assert token(ours) == ("server-key-123", "API_KEY (HF_TOKEN is set too: --token chooses)")
+    assert token(endpoint) == ("hf_user_token_0123456789", "HF_TOKEN (API_KEY is set too: --token chooses)")
+    assert token(endpoint, "--token", "given") == ("given", "--token")
+
+
+def test_a_token_over_plain_http_to_another_machine_is_warned_about(tmp_path, serve):
+    server = serve([OK])
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"RIFF....WAVE")
+    env = dict(__import__("os").environ, API_KEY=FAKE_TOKEN)
+    proc = run_cli(["transcribe", audio, "--url", server.url.replace("127.0.0.1", "localhost")], env)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr  # this machine: fine
+    proc = run_cli(["transcribe", audio, "--url", "http://192.0.2.1:9/", "--max-wait", "0.5",
+                    "--request-timeout", "1"], env, timeout=120)
+    assert "warning: the token from API_KEY goes unencrypted (http://) to 192.0.2.1" in proc.stderr
+    assert proc.returncode == 1 and FAKE_TOKEN not in proc.stderr
