@@ -10,7 +10,9 @@ fewest in flight. For every ``REPLICASxCONCURRENCY`` configuration the same fold
 (outputs overwritten) and timed; the table gives the wall time, recordings per minute, audio
 hours per hour, the speedup over one replica taking one recording at a time, and how the
 requests spread (``--repeats``: rounds over the configurations in turn, the median wall time;
-the 1-minute load average after each run is in the table). ``--cli-comparison K`` also times K separate one-file command-line runs against
+the 1-minute load average after each run is in the table, and each replica's CPU time over the
+wall time: under 100 % it was kept waiting, by the client or by the machine's other jobs).
+``--cli-comparison K`` also times K separate one-file command-line runs against
 one run over a folder of the same K files (models loaded once), on one core.
 
     .venv/bin/python bench/batch_throughput.py
@@ -101,6 +103,15 @@ def pin(i: int, enabled: bool) -> list[str]:
     return []
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def timed_run(url: str, folder: Path, out: Path, concurrency: int, parameters: dict) -> tuple[float, list]:
     engine = RemoteEngine(url, concurrency=concurrency, policy=RetryPolicy(max_wait_s=120))
     work = batch.plan([folder], out, ["json"], overwrite=True)
@@ -185,12 +196,16 @@ def main(argv=None) -> int:
         walls: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in args.configs}
         loads: dict[tuple[int, int], list[float]] = {cfg: [] for cfg in args.configs}
         served: dict[tuple[int, int], list[int]] = {}
+        busy: dict[tuple[int, int], list[list[float]]] = {cfg: [] for cfg in args.configs}
         failures: dict[tuple[int, int], int] = {cfg: 0 for cfg in args.configs}
         for _ in range(args.repeats):
             for r, c in args.configs:
+                cpu_before = [cpu_seconds(s.proc.pid) for s in servers[:r]]
                 with Balancer([s.url for s in servers[:r]]) as lb:
                     wall, results = timed_run(lb.url, work / "in", work / f"out-{r}x{c}", c, parameters)
                     served[(r, c)] = list(lb.served)
+                busy[(r, c)].append([(cpu_seconds(s.proc.pid) - before) / wall
+                                     for s, before in zip(servers[:r], cpu_before)])
                 failed = [res for res in results if res.status != "done"]
                 if failed:
                     print(f"{r}x{c}: {len(failed)} failed, e.g. {failed[0].job.name}: {failed[0].error}",
@@ -206,8 +221,9 @@ def main(argv=None) -> int:
             rows.append([str(r), str(c), str(len(files)), f"{total_audio:.1f}",
                          f"{wall:.1f}" + (f" ({min(walls[(r, c)]):.1f}-{max(walls[(r, c)]):.1f})" if args.repeats > 1 else ""),
                          f"{len(files) / wall * 60:.1f}", f"{rate:.1f}", f"{rate / baseline:.2f}",
-                         " / ".join(map(str, served[(r, c)])), f"{statistics.mean(loads[(r, c)]):.1f}",
-                         str(failures[(r, c)])])
+                         " / ".join(map(str, served[(r, c)])),
+                         " / ".join(f"{100 * statistics.mean(b[i] for b in busy[(r, c)]):.0f} %" for i in range(r)),
+                         f"{statistics.mean(loads[(r, c)]):.1f}", str(failures[(r, c)])])
     finally:
         for server in servers:
             server.stop()
@@ -224,8 +240,8 @@ def main(argv=None) -> int:
     print(f"Inputs: {len(files)} recordings ({args.inputs}, cycled), {total_audio:.1f} s of audio.\n")
     print(table(["replicas", "concurrency", "files", "audio s", "wall s" + (f" (median of {args.repeats}, range)"
                  if args.repeats > 1 else ""), "files/min", "audio x real time",
-                 f"vs {args.configs[0][0]}x{args.configs[0][1]}", "requests per replica", "load avg",
-                 "failed"], rows))
+                 f"vs {args.configs[0][0]}x{args.configs[0][1]}", "requests per replica", "replica CPU busy",
+                 "load avg", "failed"], rows))
     if comparison:
         print("\nModels loaded once (in process, one core):\n")
         print(table(["runs", "wall s", "per file s", "model loads", "vs separate"], comparison))

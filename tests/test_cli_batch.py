@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -279,3 +280,20 @@ def test_url_one_format_is_rendered_by_the_server_as_in_process(tiny_models, arc
     got = outputs_of(tmp_path / "remote")
     assert sorted(got) == expected_names("vtt") and got == outputs_of(tmp_path / "local")
     assert all(text.startswith(b"WEBVTT") and b"Alice" in text for text in got.values())
+
+
+def test_url_a_recording_larger_than_the_server_takes_is_reported(tiny_models, server, tmp_path):
+    """The server's MAX_BODY_BYTES (2 MB here): a 3 MB recording gets its 413 with the limit in
+    the message, is not retried, and the run goes on."""
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "long.wav").write_bytes(encode(tone(95.0)))  # 3 MB of 16-bit WAV
+    (src / "short.wav").write_bytes(encode(clip(1)))
+    proc = run_cli(["transcribe", src, "-d", tmp_path / "out", "--url", server.url, "--language", "en"],
+                   cli_env(tiny_models))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert re.search(re.escape(f"{src / 'long.wav'}: FAILED: 413 Request Entity Too Large: the request body (")
+                     + r"3\.9 MiB\) is larger than this server's limit of 2000000 bytes \(1\.9 MiB, MAX_BODY_BYTES\)",
+                     proc.stderr), proc.stderr[-3000:]
+    assert "2 recordings: done 1, skipped 0 (already done), failed 1" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["short.json"]

@@ -119,7 +119,7 @@ def test_batch_throughput(env):
     out = run([sys.executable, "bench/batch_throughput.py", "--files", "3", "--configs", "1x1,2x2",
                "--cli-comparison", "1"], env)
     rows = table_rows(out, "| replicas | concurrency | files | audio s | wall s | files/min | audio x real time "
-                           "| vs 1x1 | requests per replica | load avg | failed |")
+                           "| vs 1x1 | requests per replica | replica CPU busy | load avg | failed |")
     assert [r[:3] for r in rows] == [["1", "1", "3"], ["2", "2", "3"]], out
     assert [r[-1] for r in rows] == ["0", "0"] and rows[0][7] == "1.00", out
     assert rows[0][8] == "3" and sorted(int(n) for n in rows[1][8].split(" / ")) == [1, 2], out  # both replicas used
