@@ -536,6 +536,14 @@ class BatchRun:
         self.stopped_because: Optional[str] = None
         self.started = time.monotonic()
 
+    def redact(self, text: str) -> str:
+        """``text`` without a secret: the engine's token, HF_TOKEN and the other *_TOKEN /
+        *_KEY variables' values (an exception's message may quote one)."""
+        from speaker_asr.serving.logging_setup import scrub
+
+        engine_redact = getattr(self.engine, "redact", None)
+        return scrub(engine_redact(text) if engine_redact else text)
+
     def __iter__(self) -> Iterator[FileResult]:
         for job in self.plan.skipped:
             yield FileResult(job, "skipped", outputs=list(job.outputs.values()))
@@ -576,13 +584,13 @@ class BatchRun:
                 if isinstance(error, Unavailable):
                     unavailable_in_a_row += 1
                     if self.stop_when_unavailable and in_flight == 0 and self.stopped_because is None:
-                        self.stopped_because = (
+                        self.stopped_because = self.redact(
                             f"the service stayed unavailable for {unavailable_in_a_row} recording"
                             f"{'s' if unavailable_in_a_row != 1 else ''} in a row (last: {error})")
                 elif not isinstance(error, RunError):
                     unavailable_in_a_row = 0  # an answer got through: the service is up
                 if isinstance(error, RunError) and self.stopped_because is None:
-                    self.stopped_because = str(error)
+                    self.stopped_because = self.redact(str(error))
                 yield self._finish(job, answer, error, seconds)
             left.extend(pending)
         finally:
@@ -624,9 +632,11 @@ class BatchRun:
     def _finish(self, job: Job, answer: Optional[Answer], error: Optional[BaseException],
                 seconds: float) -> FileResult:
         if error is not None:
-            return FileResult(job, "failed", seconds=seconds, error=str(error) or type(error).__name__,
+            return FileResult(job, "failed", seconds=seconds,
+                              error=self.redact(str(error) or type(error).__name__),
                               attempts=getattr(error, "attempts", None))
         assert answer is not None
+        answer.warnings = [self.redact(w) for w in answer.warnings]
         started = time.monotonic()
         written: list[Path] = []
         for fmt, text in answer.texts.items():
@@ -636,7 +646,7 @@ class BatchRun:
             except OSError as exc:
                 return FileResult(job, "failed", outputs=written, duration=answer.duration,
                                   seconds=seconds + time.monotonic() - started,
-                                  error=f"cannot write {path}: {exc.strerror or exc}",
+                                  error=self.redact(f"cannot write {path}: {exc.strerror or exc}"),
                                   warnings=answer.warnings, attempts=answer.attempts)
             written.append(path)
         return FileResult(job, "done", outputs=written, duration=answer.duration,

@@ -509,8 +509,9 @@ def transcribe_many(args: argparse.Namespace) -> int:
     if not work.jobs:
         say(f"no audio files found (audio extensions: {', '.join(sorted(batch.AUDIO_EXTENSIONS))})")
     elif work.skipped and not work.todo:
-        say(f"nothing to do: all {len(work.jobs)} recordings are transcribed in {output_dir} "
-            "(--overwrite transcribes them again)")
+        n = len(work.jobs)
+        say(f"nothing to do: {'the recording is' if n == 1 else f'all {n} recordings are'} transcribed "
+            f"in {output_dir} (--overwrite transcribes {'it' if n == 1 else 'them'} again)")
     elif work.skipped:
         say(f"skipping {len(work.skipped)} of {len(work.jobs)} recordings already transcribed in "
             f"{output_dir}; {len(work.todo)} to do")

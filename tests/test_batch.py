@@ -483,3 +483,25 @@ def test_the_batch_modules_import_no_torch():
             "print(sorted(m for m in ('torch', 'numpy', 'transformers', 'pyannote') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_secret_in_an_error_message_is_scrubbed(tmp_path, monkeypatch):
+    """An exception quoting HF_TOKEN (a library's message with a URL, say) reaches neither the
+    result, nor the manifest, nor the summary."""
+    from speaker_asr.serving import logging_setup
+
+    secret = "hf_" + "x" * 8 + "SECRETsecret1234567890abcdefgh"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    logging_setup.refresh_secrets()
+
+    class Leaky(FakeEngine):
+        def respond(self, audio, parameters, source, stop):
+            raise FileError(f"GET https://hub/x?token={secret} failed")
+
+    root = folder(tmp_path, ["a.wav"])
+    try:
+        result, = BatchRun(plan([root], tmp_path / "out", ["json"]), Leaky())
+    finally:
+        monkeypatch.delenv("HF_TOKEN")
+        logging_setup.refresh_secrets()
+    assert result.error == "GET https://hub/x?token=<redacted> failed"
