@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--output-dir", "-d", metavar="DIR",
                        help="write <audio stem>.<ext> into DIR (created if missing); ext: "
                             f"{', '.join(sorted({f.extension for f in FORMATS.values()}))}")
-    t.add_argument("--verbose", "-v", action="store_true", help="log model loading on stderr")
+    t.add_argument("--verbose", "-v", action="store_true",
+                   help="log model loading, retries and the libraries' own warnings on stderr")
     many = t.add_argument_group("many files (several FILEs or a folder; needs --output-dir)")
     many.add_argument("--recursive", "-r", action="store_true",
                       help="search the folders' subfolders too (their outputs keep the subfolders)")
