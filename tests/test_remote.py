@@ -163,18 +163,20 @@ def test_an_http_date_retry_after_is_honoured_too(serve):
 
 def test_always_503_gives_up_within_the_budget_and_says_so(serve):
     server = serve([unavailable()])
+    policy = RetryPolicy(initial_s=0.05, max_delay_s=0.4, max_wait_s=1.5)
     started = time.monotonic()
     with pytest.raises(Unavailable) as exc:
-        respond(engine(server.url))
+        respond(engine(server.url, policy=policy))
     elapsed = time.monotonic() - started
     message = str(exc.value)
     assert message.startswith(f"gave up after {len(server.requests)} attempts over ")
-    assert "the limit is 1 s of retrying, --max-wait" in message
+    assert "the limit is 1.5 s of retrying, --max-wait" in message
     assert "last answer: 503 Service Unavailable: the model is loading (request id batch-" in message
-    assert elapsed < FAST.max_wait_s + 1.0
+    assert elapsed < policy.max_wait_s + 1.0
     assert len(server.requests) >= 4  # backed off, but retried
     gaps = server.gaps()
-    assert gaps[-1] > gaps[0]  # exponential: the waits grow (jitter stays within [cap/2, cap])
+    # exponential: 0.025-0.05 s, 0.05-0.1, 0.1-0.2, then 0.2-0.4 (equal jitter under the cap)
+    assert gaps[-1] >= 0.2 and gaps[0] < 0.2, gaps
 
 
 def test_a_retry_after_beyond_the_budget_gives_up_at_once(serve):
