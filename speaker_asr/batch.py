@@ -512,10 +512,25 @@ class FileResult:
 _DONE = object()  # tells a worker thread to finish
 
 
+def largest_first(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs by file size, largest first (name order among equals): with several recordings
+    in flight, a long one started last would keep one replica busy while the others sit idle
+    at the end of the run; started first, the short ones fill in around it."""
+
+    def size(job: Job) -> int:
+        try:
+            return job.source.stat().st_size
+        except OSError:
+            return 0
+
+    return sorted(jobs, key=lambda job: -size(job))  # a stable sort keeps name order among equals
+
+
 class BatchRun:
     """Run ``plan``'s jobs through ``engine``: iterate it for a :class:`FileResult` per recording
     -- the skipped ones first, then each job as it finishes, then (when the run stopped early)
-    the ones not attempted. Outputs are written (atomically) on the iterating thread before its
+    the ones not attempted. One at a time the jobs go in name order; with several in flight,
+    largest file first (:func:`largest_first`). Outputs are written (atomically) on the iterating thread before its
     result is yielded.
 
     The engine is loaded only when there is something to do (RunError when it cannot be).
@@ -550,6 +565,8 @@ class BatchRun:
         todo = list(self.plan.todo)
         if not todo:
             return
+        if self.engine.concurrency > 1:
+            todo = largest_first(todo)
         self.engine.load()
         remove_stale_partials(todo)
         work: "queue.Queue[Any]" = queue.Queue()
@@ -754,6 +771,6 @@ class Summary:
 
 __all__ = ["AUDIO_EXTENSIONS", "Answer", "BatchError", "BatchRun", "Discovery", "Engine", "FileError",
            "FileResult", "Interrupted", "Job", "LocalEngine", "Manifest", "Plan", "Reply", "RunError",
-           "Summary", "Unavailable", "discover", "output_name", "output_text", "plan",
+           "Summary", "Unavailable", "discover", "largest_first", "output_name", "output_text", "plan",
            "remove_stale_partials", "render_result", "transcribe_audio", "transcribe_paths",
            "write_atomic"]

@@ -387,7 +387,8 @@ def test_after_a_give_up_nothing_new_is_sent_until_one_in_flight_gets_through(tm
                 time.sleep(0.3)
             return super().respond(audio, parameters, source, stop)
 
-    root = folder(tmp_path, ["a.wav", "down1.wav", "z1.wav", "z2.wav"])
+    root = folder(tmp_path, ["down1.wav", "z1.wav", "z2.wav"])
+    touch(root / "a.wav", b"x" * 100)  # the largest: sent first, beside down1
     engine = Engine(concurrency=2)
     run = BatchRun(plan([root], tmp_path / "out", ["json"]), engine)
     results = [(r.job.source.name, r.status) for r in run]
@@ -510,3 +511,28 @@ def test_a_secret_in_an_error_message_is_scrubbed(tmp_path, monkeypatch):
         monkeypatch.delenv("HF_TOKEN")
         logging_setup.refresh_secrets()
     assert result.error == "GET https://hub/x?token=<redacted> failed"
+
+
+def test_several_in_flight_take_the_largest_files_first(tmp_path):
+    """One at a time: name order. Several at a time: largest first, so that a long recording
+    does not start last and hold the run's end alone."""
+    root = tmp_path / "in"
+    for name, size in (("a.wav", 10), ("b.wav", 3000), ("c.wav", 200), ("d.wav", 3000)):
+        touch(root / name, b"x" * size)
+
+    def order(concurrency):
+        engine = FakeEngine(concurrency=concurrency)
+        engine.seen = []
+        respond = engine.respond
+
+        def recording(audio, parameters, source, stop):
+            engine.seen.append(source.name)
+            return respond(audio, parameters, source, stop)
+
+        engine.respond = recording
+        list(BatchRun(plan([root], tmp_path / f"out{concurrency}", ["json"]), engine))
+        return engine.seen
+
+    assert order(1) == ["a.wav", "b.wav", "c.wav", "d.wav"]
+    seen = order(2)
+    assert sorted(seen[:2]) == ["b.wav", "d.wav"] and seen[2:] == ["c.wav", "a.wav"]
