@@ -5,6 +5,9 @@
                                   [--prompt TEXT] [--word-timestamps] [--speaker-names A,B]
                                   [--known-speaker NAME=CLIP ...] [--speaker-embeddings]
                                   [--format FORMAT[,FORMAT...]] [--output PATH | --output-dir DIR]
+                                  [--url URL [--token T] [--body json|raw] ...]
+    python -m speaker_asr transcribe PATH... --output-dir DIR [--recursive] [--overwrite]
+                                  [--manifest FILE.jsonl] [--url URL [--concurrency N] ...]
     python -m speaker_asr serve [--host HOST] [--port PORT]
 
 ``transcribe`` runs the handler in this process (models from ASR_MODEL, DIARIZATION_MODEL, ...,
@@ -16,8 +19,17 @@ file; ``--output-dir DIR`` (or ``--output`` naming a directory) writes ``<audio 
 there, and takes several formats at once (``--format srt,vtt,json``: one transcription, each
 format rendered from it). ``serve`` runs the HTTP server (see speaker_asr/serving/app.py and docs/serving.md).
 
+Several files, or a folder (``--recursive`` for its subfolders), make a batch run
+(speaker_asr/batch.py): the models load once, the outputs go to ``--output-dir`` keeping each
+folder's subfolders, a recording whose outputs all exist is skipped (``--overwrite`` redoes it),
+a failing one is reported and the run goes on, progress is shown on stderr and a summary printed
+at the end (``--manifest`` adds one JSON line per recording). Ctrl-C stops after the recording in
+hand. ``--url`` sends the recordings to our server or an Inference Endpoint instead
+(speaker_asr/remote.py), ``--concurrency`` at a time, retrying 429/502/503/504 and connection errors.
+
 Exit codes: 0 done; 2 bad arguments, unreadable file or a request the handler refuses (the
-message is printed on stderr); 1 the models could not be loaded or another error.
+message is printed on stderr); 1 the models could not be loaded or another error; in a batch run
+1 when any recording failed or was not attempted, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -31,10 +43,16 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from speaker_asr.batch import output_name, output_text, render_result  # noqa: F401 (the CLI's API)
 from speaker_asr.formats import FORMATS, TASKS
 
 TEXT_FORMATS = "/".join(name for name, f in FORMATS.items() if f.is_text)
 STDIN_STEM = "stdin"  # the file name stem for FILE = -
+DEFAULT_CONCURRENCY = 2
+DEFAULT_MAX_WAIT_S = 600.0
+DEFAULT_REQUEST_TIMEOUT_S = 3600.0
+REMOTE_ONLY = ("token", "concurrency", "body", "max_wait", "request_timeout")
+HF_ENDPOINT_DOMAINS = (".endpoints.huggingface.cloud", ".huggingface.cloud", ".hf.space")
 
 
 def _positive_int(text: str) -> int:
@@ -44,6 +62,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
     return value
 
 
@@ -64,10 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = commands.add_parser(
-        "transcribe", help="transcribe one audio file in-process and print the result",
+        "transcribe", help="transcribe audio files or folders in-process (or with --url) and write the result",
         description="Transcribe FILE with the models named by ASR_MODEL, ASSISTANT_MODEL, "
-                    "DIARIZATION_MODEL, HF_TOKEN, DEVICE, TORCH_DTYPE, QUANTIZATION, MAX_NEW_TOKENS.")
-    t.add_argument("file", metavar="FILE", help="audio file (WAV, FLAC, MP3, Ogg, M4A, ...); - reads stdin")
+                    "DIARIZATION_MODEL, HF_TOKEN, DEVICE, TORCH_DTYPE, QUANTIZATION, MAX_NEW_TOKENS "
+                    "(loaded once), or send it to a server with --url. Several files or folders "
+                    "make a batch run into --output-dir: resumable, with progress and a summary.")
+    t.add_argument("file", nargs="+", metavar="FILE",
+                   help="audio file (WAV, FLAC, MP3, Ogg, M4A, ...; - reads stdin), or several, or "
+                        "folders: their files with an audio extension are transcribed")
     t.add_argument("--num-speakers", type=_positive_int, metavar="N", help="exact number of speakers")
     t.add_argument("--min-speakers", type=_positive_int, metavar="N", help="at least N speakers")
     t.add_argument("--max-speakers", type=_positive_int, metavar="N", help="at most N speakers")
@@ -108,7 +140,38 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--output-dir", "-d", metavar="DIR",
                        help="write <audio stem>.<ext> into DIR (created if missing); ext: "
                             f"{', '.join(sorted({f.extension for f in FORMATS.values()}))}")
-    t.add_argument("--verbose", "-v", action="store_true", help="log model loading on stderr")
+    t.add_argument("--verbose", "-v", action="store_true",
+                   help="log model loading, retries and the libraries' own warnings on stderr")
+    many = t.add_argument_group("many files (several FILEs or a folder; needs --output-dir)")
+    many.add_argument("--recursive", "-r", action="store_true",
+                      help="search the folders' subfolders too (their outputs keep the subfolders)")
+    many.add_argument("--overwrite", action="store_true",
+                      help="transcribe again what is done (by default a recording whose outputs "
+                           "all exist is skipped: a rerun resumes)")
+    many.add_argument("--manifest", metavar="FILE",
+                      help="write one JSON line per recording: path, status (done, skipped, failed, "
+                           "not_attempted), outputs, duration, seconds, error")
+    remote = t.add_argument_group("remote (--url: our server or an Inference Endpoint)")
+    remote.add_argument("--url", metavar="URL",
+                        help="send the recordings to this endpoint instead of loading the models "
+                             "here (e.g. http://127.0.0.1:8080 or https://xyz.endpoints.huggingface.cloud)")
+    remote.add_argument("--token", metavar="TOKEN",
+                        help="bearer token for --url (default: $HF_TOKEN, else $API_KEY); prefer "
+                             "the environment: a command line is visible to other users")
+    remote.add_argument("--concurrency", "-j", type=_positive_int, metavar="N",
+                        help=f"recordings in flight at once (default {DEFAULT_CONCURRENCY}; about "
+                             "twice the endpoint's replicas keeps each one busy)")
+    remote.add_argument("--body", choices=("json", "raw"),
+                        help="json: base64 JSON (default, every container takes it); raw: the file's "
+                             "bytes with its audio Content-Type and the parameters in the query string "
+                             "(a third smaller)")
+    remote.add_argument("--max-wait", type=_positive_float, metavar="SECONDS",
+                        help=f"how long one recording keeps retrying 429/502/503/504 and connection "
+                             f"errors (a replica starting, scale-to-zero) before it gives up "
+                             f"(default {DEFAULT_MAX_WAIT_S:g})")
+    remote.add_argument("--request-timeout", type=_positive_float, metavar="SECONDS",
+                        help=f"how long to wait for an answer once a recording is sent (default "
+                             f"{DEFAULT_REQUEST_TIMEOUT_S:g}); not retried")
 
     s = commands.add_parser("serve", help="run the HTTP server",
                             description="Serve POST / and /predict, GET /health and GET /metrics. "
@@ -198,15 +261,6 @@ def check_parameters(params: dict[str, Any]) -> None:
     InferenceConfig.from_request(params, ModelCapabilities(has_assistant=True))
 
 
-def output_name(stem: str, fmt: str, formats: list[str]) -> str:
-    """``<stem>.<ext>``; when several requested formats share the extension (json,
-    verbose_json, diarized_json) all but ``json`` itself become ``<stem>.<format>.<ext>``."""
-    ext = FORMATS[fmt].extension
-    if fmt != "json" and sum(FORMATS[f].extension == ext for f in formats) > 1:
-        return f"{stem}.{fmt}.{ext}"
-    return f"{stem}.{ext}"
-
-
 def destinations(args: argparse.Namespace, formats: list[str]) -> dict[str, Optional[Path]]:
     """format -> the file to write (None: stdout). Raises ValueError for several formats
     without a directory to write them into."""
@@ -220,26 +274,9 @@ def destinations(args: argparse.Namespace, formats: list[str]) -> dict[str, Opti
             raise ValueError(f"{len(formats)} formats ({', '.join(formats)}) need a directory to "
                              "write them into: add --output-dir DIR")
         return {formats[0]: Path(args.output) if args.output else None}
-    stem = STDIN_STEM if args.file == "-" else (Path(args.file).stem or STDIN_STEM)
+    file = args.file[0] if isinstance(args.file, list) else args.file
+    stem = STDIN_STEM if file == "-" else (Path(file).stem or STDIN_STEM)
     return {fmt: directory / output_name(stem, fmt, formats) for fmt in formats}
-
-
-def render_result(response: dict[str, Any], fmt: str, speaker_names: Optional[list[str]],
-                  task: str) -> dict[str, Any]:
-    """What the handler answers for ``response_format=fmt`` (and ``speaker_names``), from its
-    plain json ``response``: for writing several formats from one transcription."""
-    from speaker_asr.formats import render_response
-
-    return render_response(response, fmt, speaker_names=speaker_names or None, task=task)
-
-
-def output_text(result: Any, fmt: str) -> str:
-    """A result as written: the text itself for text formats, indented JSON for the others."""
-    if FORMATS[fmt].is_text:
-        if not isinstance(result, dict) or not isinstance(result.get("content"), str):
-            raise ValueError(f"the handler answered without the {fmt} text")
-        return result["content"]
-    return json.dumps(result, ensure_ascii=False, indent=2) + "\n"
 
 
 def _write_stdout(text: str) -> None:
@@ -259,56 +296,270 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _is_batch(args: argparse.Namespace) -> bool:
+    """Several FILEs, a folder, or --manifest: a batch run (otherwise one file, as always)."""
+    files = args.file
+    return (len(files) > 1 or bool(args.manifest)
+            or any(f != "-" and Path(f).is_dir() for f in files))
+
+
+def _token(args: argparse.Namespace, url: str) -> tuple[Optional[str], str]:
+    """The bearer token for --url and where it came from (for messages, never the token):
+    --token; else for an Inference Endpoint (``*.endpoints.huggingface.cloud``) HF_TOKEN, then
+    API_KEY; for any other server (ours) API_KEY, then HF_TOKEN."""
+    if args.token:
+        return args.token, "--token"
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    order = ("HF_TOKEN", "API_KEY") if host.endswith(HF_ENDPOINT_DOMAINS) else ("API_KEY", "HF_TOKEN")
+    found = [(name, (os.environ.get(name) or "").strip()) for name in order]
+    found = [(name, value) for name, value in found if value]
+    if not found:
+        return None, "none"
+    name, value = found[0]
+    if len(found) > 1:
+        name += f" ({found[1][0]} is set too: --token chooses)"
+    return value, name
+
+
+def make_engine(args: argparse.Namespace):
+    """The engine the options ask for: the handler in this process, or RemoteEngine(--url).
+    Raises ValueError for remote options without --url, or a bad URL."""
+    from speaker_asr.batch import LocalEngine
+
+    if not args.url:
+        given = [f"--{name.replace('_', '-')}" for name in REMOTE_ONLY if getattr(args, name, None) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --url (sending "
+                             "the recordings to a server); in-process they are transcribed one at a "
+                             "time with the models loaded here")
+        return LocalEngine()
+    from speaker_asr.remote import RemoteEngine, RetryPolicy
+
+    token, source = _token(args, args.url)
+    return RemoteEngine(args.url, token=token, token_source=source,
+                        concurrency=args.concurrency or DEFAULT_CONCURRENCY, body=args.body or "json",
+                        policy=RetryPolicy(max_wait_s=args.max_wait or DEFAULT_MAX_WAIT_S),
+                        timeout_s=args.request_timeout or DEFAULT_REQUEST_TIMEOUT_S)
+
+
+def _warn_cleartext(engine) -> None:
+    """A token about to go unencrypted (http://) to another machine: say so (not the token)."""
+    from urllib.parse import urlsplit
+
+    url = getattr(engine, "url", None)
+    if url and engine.token and urlsplit(url).scheme == "http" and not engine.loopback:
+        print(f"warning: the token from {engine.token_source} goes unencrypted (http://) to "
+              f"{urlsplit(url).hostname}; use https:// beyond this machine", file=sys.stderr)
+
+
+def _check_body(engine, params: dict[str, Any], formats: list[str]) -> None:
+    """Refuse parameters a raw body cannot carry before anything is sent."""
+    if getattr(engine, "body", None) == "raw":
+        from speaker_asr.remote import query_items
+
+        sent = {k: v for k, v in params.items() if k not in ("speaker_names", "response_format")}
+        query_items(sent)
+
+
+def _quiet_libraries() -> None:
+    """Without -v: no library chatter on stderr (transformers' advice and progress bars, Python
+    warnings from torch, numpy, pyannote), so that what is printed is ours: results, warnings
+    from the handler, progress and errors."""
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for category in (UserWarning, RuntimeWarning, FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
 def transcribe(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        _quiet_libraries()
+    if _is_batch(args):
+        return transcribe_many(args)
     try:
         params = request_parameters(args)
         formats = requested_formats(args, params)
         targets = destinations(args, formats)
         check_parameters({**params, "response_format": formats[0]})
+        engine = make_engine(args)
+        _check_body(engine, params, formats)
+        _warn_cleartext(engine)
     except ValueError as exc:
         return _fail(str(exc), 2)
+    file = args.file[0]
     try:
-        audio = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        audio = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
-        return _fail(f"cannot read {args.file}: {exc.strerror or exc}", 2)
+        return _fail(f"cannot read {file}: {exc.strerror or exc}", 2)
     if not audio:
-        return _fail(f"{args.file} is empty", 2)
+        return _fail(f"{file} is empty", 2)
 
-    from speaker_asr.endpoint import EndpointHandler
+    from speaker_asr.batch import FileError, RunError, transcribe_audio
 
     try:
-        handler = EndpointHandler()
-    except Exception as exc:
-        return _fail(f"could not load the models: {type(exc).__name__}: {exc}", 1)
-    try:
-        if len(formats) == 1:  # the handler renders it, exactly as the endpoint does
-            single = {**params, "response_format": formats[0]}
-            results = {formats[0]: handler({"inputs": audio, "parameters": single})}
-        else:  # transcribe once, render each format from the plain response
-            names = params.pop("speaker_names", None)
-            response = handler({"inputs": audio, "parameters": params})
-            results = {fmt: render_result(response, fmt, names, params.get("task", "transcribe"))
-                       for fmt in formats}
-        texts = {fmt: output_text(result, fmt) for fmt, result in results.items()}
-    except ValueError as exc:
-        return _fail(str(exc), 2)
+        engine.load()
+        answer = transcribe_audio(engine, audio, params, formats,
+                                  source=None if file == "-" else Path(file))
+    except RunError as exc:
+        return _fail(str(exc), 1)
+    except FileError as exc:
+        return _fail(str(exc), 2 if exc.refused else 1)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
 
-    warnings = next((r.get("warnings") for r in results.values() if isinstance(r, dict)), None)
-    for warning in warnings or []:
+    for warning in answer.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    for fmt, text in texts.items():
+    from speaker_asr.batch import write_atomic
+
+    for fmt, text in answer.texts.items():
         path = targets[fmt]
         if path is None:
             _write_stdout(text)
             continue
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8", newline="")
+            write_atomic(path, text)
         except OSError as exc:
             return _fail(f"cannot write {path}: {exc.strerror or exc}", 2)
     return 0
+
+
+def _batch_output_dir(args: argparse.Namespace, count_hint: str) -> Path:
+    if args.output_dir:
+        return Path(args.output_dir)
+    if args.output and (Path(args.output).is_dir() or args.output.endswith(("/", os.sep))):
+        return Path(args.output)
+    if args.output:
+        raise ValueError(f"--output {args.output} names one file; {count_hint} need a folder to "
+                         "write into: use --output-dir DIR")
+    raise ValueError(f"{count_hint} need a folder to write into: add --output-dir DIR (each "
+                     "recording's outputs go there as <name>.<ext>, keeping the subfolders)")
+
+
+class _StopOnSignal:
+    """First Ctrl-C (or SIGTERM): set ``stop`` and say so; the second Ctrl-C stops at once."""
+
+    def __init__(self, stop, say):
+        self.stop = stop
+        self.say = say
+        self.previous: dict = {}
+
+    def __enter__(self):
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.previous[sig] = signal.signal(sig, self._handle)
+            except (ValueError, OSError):  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        self.stop.set()
+        self.say("stopping after the recordings in hand (Ctrl-C again to stop at once; what "
+                 "is written is complete, and a rerun resumes)")
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def transcribe_many(args: argparse.Namespace) -> int:
+    """A batch run: plan, resume, transcribe (in-process or --url), report; the exit code."""
+    import threading
+    import time
+
+    from speaker_asr import batch
+    from speaker_asr.progress import progress_for
+
+    started = time.monotonic()
+    try:
+        if "-" in args.file:
+            raise ValueError("- (standard input) can only be transcribed alone, not with other "
+                             "files or folders")
+        params = request_parameters(args)
+        formats = requested_formats(args, params)
+        output_dir = _batch_output_dir(args, "several recordings" if len(args.file) > 1
+                                       else "the recordings of a folder")
+        check_parameters({**params, "response_format": formats[0]})
+        engine = make_engine(args)
+        _check_body(engine, params, formats)
+        _warn_cleartext(engine)
+        work = batch.plan(args.file, output_dir, formats, recursive=args.recursive,
+                          overwrite=args.overwrite)
+        manifest = batch.Manifest(args.manifest) if args.manifest else None
+    except OSError as exc:
+        return _fail(f"cannot write the manifest {args.manifest}: {exc.strerror or exc}", 2)
+    except ValueError as exc:
+        return _fail(str(exc), 2)
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    for note in work.notes():
+        say(note)
+    if not work.jobs:
+        say(f"no audio files found (audio extensions: {', '.join(sorted(batch.AUDIO_EXTENSIONS))})")
+    elif work.skipped and not work.todo:
+        n = len(work.jobs)
+        say(f"nothing to do: {'the recording is' if n == 1 else f'all {n} recordings are'} transcribed "
+            f"in {output_dir} (--overwrite transcribes {'it' if n == 1 else 'them'} again)")
+    elif work.skipped:
+        say(f"skipping {len(work.skipped)} of {len(work.jobs)} recordings already transcribed in "
+            f"{output_dir}; {len(work.todo)} to do")
+    where = "in this process" if not args.url else f"with {engine.shown_url} ({engine.concurrency} at a time)"
+    if work.todo:
+        say(f"transcribing {len(work.todo)} recording{'s' if len(work.todo) != 1 else ''} {where} "
+            f"into {output_dir}")
+
+    stop = threading.Event()
+    summary = batch.Summary()
+    progress = None
+    run = batch.BatchRun(work, engine, params, stop=stop)
+    code = 0
+    try:
+        with _StopOnSignal(stop, lambda text: (progress.note(text) if progress else say(text))):
+            if work.todo:
+                loading = time.monotonic()
+                try:
+                    engine.load()
+                except batch.RunError as exc:
+                    return _fail(str(exc), 1)
+                if not args.url:
+                    say(f"models loaded in {time.monotonic() - loading:.1f} s")
+            progress = progress_for(len(work.todo))
+            for result in run:
+                summary.add(result)
+                if manifest:
+                    manifest.write(result)
+                progress.update(result)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+        summary.counts["not_attempted"] += max(0, len(work.jobs) - summary.total)
+        code = 130
+    finally:
+        if progress:
+            progress.close()
+        if manifest:
+            manifest.close()
+    summary.wall_seconds = time.monotonic() - started
+    summary.stopped_because = getattr(engine, "redact", str)(run.stopped_because) if run.stopped_because else None
+    if stop.is_set():
+        summary.interrupted = True
+    for line in summary.lines():
+        say(line)
+    if summary.interrupted and not summary.ok:
+        return 130
+    return code or (0 if summary.ok else 1)
 
 
 def serve(args: argparse.Namespace) -> int:

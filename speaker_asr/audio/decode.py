@@ -107,7 +107,10 @@ def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
             cmd += ["-t", f"{max_duration_s + 1:.3f}"]
         cmd.append("pipe:1")
         try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=FFMPEG_TIMEOUT_S, check=False)
+            # its own session: a Ctrl-C meant for a batch run (which finishes the recording in hand)
+            # must not kill the decoder under it
+            proc = subprocess.run(cmd, capture_output=True, timeout=FFMPEG_TIMEOUT_S, check=False,
+                                  start_new_session=True)
         except subprocess.TimeoutExpired:
             raise AudioDecodeError(f"decoding the audio took longer than {FFMPEG_TIMEOUT_S} s") from None
     finally:

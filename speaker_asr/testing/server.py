@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from speaker_asr.testing.tiny_models import TINY_MAX_NEW_TOKENS
 
@@ -36,16 +37,17 @@ def tiny_env(models: dict, **overrides: str) -> dict:
 
 
 class ServerProcess:
-    """The server on 127.0.0.1:<a free port> with ``env``, its output in ``log_dir/<name>.log``."""
+    """The server on 127.0.0.1:<a free port> with ``env``, its output in ``log_dir/<name>.log``;
+    ``prefix`` goes in front of the command (``["taskset", "-c", "0"]``: pinned to core 0)."""
 
-    def __init__(self, name: str, env: dict, log_dir: Path):
+    def __init__(self, name: str, env: dict, log_dir: Path, prefix: Sequence[str] = ()):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_dir) / f"{name}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [*prefix, sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 300) -> float:

@@ -3,6 +3,8 @@
 for the real-models kit (speaker_asr/testing/kit.py, through ``REAL_MODELS_DIR`` /
 ``--models-dir``) and a few short inputs, and must exit 0 and print its table or summary.
 The numbers mean nothing (random weights); that the scripts run is what is checked.
+(bench/batch_throughput.py runs its server processes and the loopback balancer,
+speaker_asr/testing/balancer.py, the same way.)
 
 eval/data.py, eval/generate.py, eval/metrics.py, eval/algorithms.py, bench/common.py and
 reliability/_common.py are modules the scripts import, not scripts (eval/test_eval.py checks the
@@ -109,6 +111,21 @@ def test_profile_cpu(env, tmp_path):
     diar = table_rows(out, "| variant | median s | ratio | peak RSS + MB | same turns |")
     assert len(diar) >= 5 and all(r[-1] == "True" for r in diar), diar  # batch sizes and threads keep the turns
     assert list((tmp_path / "bench-results").glob("profile-*.md"))
+
+
+def test_batch_throughput(env):
+    """Two replicas (server processes) behind the loopback balancer, the batch client at 1x1 and
+    2x2, and the one-folder run against separate one-file runs."""
+    out = run([sys.executable, "bench/batch_throughput.py", "--files", "3", "--configs", "1x1,2x2",
+               "--cli-comparison", "1"], env)
+    rows = table_rows(out, "| replicas | concurrency | files | audio s | wall s | files/min | audio x real time "
+                           "| vs 1x1 | requests per replica | replica CPU busy | load avg | failed |")
+    assert [r[:3] for r in rows] == [["1", "1", "3"], ["2", "2", "3"]], out
+    assert [r[-1] for r in rows] == ["0", "0"] and rows[0][7] == "1.00", out
+    assert rows[0][8] == "3" and sorted(int(n) for n in rows[1][8].split(" / ")) == [1, 2], out  # both replicas used
+    cli = table_rows(out, "| runs | wall s | per file s | model loads | vs separate |")
+    assert [r[3] for r in cli] == ["1", "1"], out
+    assert out.startswith("# Batch throughput") and "CPU: " in out
 
 
 def test_diarization_bench(env):
