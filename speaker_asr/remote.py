@@ -21,6 +21,7 @@ from __future__ import annotations
 import email.utils
 import ipaddress
 import json
+import logging
 import random
 import re
 import threading
@@ -33,6 +34,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from speaker_asr.audio.files import media_type
 from speaker_asr.batch import FileError, Interrupted, Reply, RunError, Unavailable
+
+logger = logging.getLogger("speaker_asr.remote")
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 BODIES = ("json", "raw")
@@ -260,7 +263,7 @@ class RemoteEngine:
                     f"gave up after {attempts} attempt{'s' if attempts != 1 else ''} over {spent:.1f} s "
                     f"(the limit is {self.policy.max_wait_s:g} s of retrying, --max-wait){asked}; "
                     f"last answer: {attempt.reason}"), attempts=attempts)
-            logger_retry(self.shown_url, source, attempt.reason, delay)
+            logger.info("%s: %s; retrying in %.1f s", source or self.shown_url, self.redact(attempt.reason), delay)
             if stop.wait(delay):
                 raise Interrupted()
             waited += delay
@@ -381,12 +384,6 @@ def _connection_reason(exc: BaseException) -> str:
         if pattern in text:
             return reason
     return type(exc).__name__
-
-
-def logger_retry(url: str, source: Optional[Path], reason: str, delay: float) -> None:
-    import logging
-
-    logging.getLogger("speaker_asr.remote").info("%s: %s; retrying in %.1f s", source or url, reason, delay)
 
 
 __all__ = ["BODIES", "RETRY_STATUSES", "RemoteEngine", "RetryPolicy", "check_url", "display_url",
