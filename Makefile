@@ -65,9 +65,10 @@ serve: $(VENV)/.installed
 	$(PY) -m speaker_asr serve --host $(HOST) --port $(PORT)
 
 # the everyday loop: the whole offline suite on tiny random models (tests/ and eval/test_eval.py),
-# with the quick smoke runs of the scripts in bench/ and eval/ (tests/scripts/)
+# with the quick smoke runs of the scripts in bench/ and eval/ (tests/scripts/); the checks on the
+# real models (marker real) are make test-real
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow and not heavy"
+	$(PY) -m pytest -q -m "not slow and not heavy and not real"
 
 # the smoke runs that take a minute or more each (profile_cpu.py, gpu_benchmark.py --smoke,
 # word_timestamp_memory.py, reliability/run_all.py and through it the other reliability scripts)
@@ -75,8 +76,9 @@ test-scripts: $(VENV)/.installed
 	$(PY) -m pytest -q -m heavy tests/scripts
 
 # what CI runs: test and test-scripts, the handler again under transformers 4.51, then the default
-# Endpoints image emulated (where ../shared has the toolkit)
-test-all: test test-scripts test-compat test-endpoints
+# Endpoints image emulated (where ../shared has the toolkit), then the real-model checks (where
+# ../shared has the real-models kit; skipped otherwise)
+test-all: test test-scripts test-compat test-endpoints test-real
 
 # the handler's tests under transformers 4.51.3 (the default Endpoints image's), beside .venv
 test-compat: $(VENV)/.installed $(COMPAT)/.installed
@@ -100,7 +102,7 @@ real-models: $(VENV)/.installed
 	@if [ -x ../shared/real-models/build.sh ]; then PYTHON=$(PY) ../shared/real-models/build.sh $(REAL_MODELS_DIR); \
 	else echo "real-models SKIPPED: ../shared/real-models/build.sh is absent"; fi
 
-test-real: $(VENV)/.installed
+test-real: $(VENV)/.installed real-models
 	$(PY) -m pytest -q -m real
 
 eval: $(VENV)/.installed

@@ -113,6 +113,7 @@ def test_profile_cpu(env, tmp_path):
     assert list((tmp_path / "bench-results").glob("profile-*.md"))
 
 
+@heavy
 def test_batch_throughput(env):
     """Two replicas (server processes) behind the loopback balancer, the batch client at 1x1 and
     2x2, and the one-folder run against separate one-file runs."""
