@@ -7,7 +7,9 @@ import base64
 import io
 import json
 import os
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -142,3 +144,40 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def cli_env(tiny_models, **overrides) -> dict:
     return tiny_env(tiny_models, HF_TOKEN=FAKE_TOKEN, **overrides)
+
+
+@contextmanager
+def inprocess_server(factory, max_body_bytes: int = 1_000_000, **options):
+    """Our app (``create_app(handler_factory=factory, ...)``, ``options`` passed on) served by
+    uvicorn on a thread of this process, on a free port: yields (url, app)."""
+    import uvicorn
+
+    from speaker_asr.serving import app as server
+
+    app = server.create_app(handler_factory=factory, max_body_bytes=max_body_bytes, **options)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
+                            lifespan="on", log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=15)
+
+
+def wait_until(predicate, timeout: float = 20.0):
+    """``predicate()``'s first truthy value, polled every 20 ms; the test fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail("condition not reached in time")

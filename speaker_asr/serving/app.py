@@ -55,8 +55,9 @@ from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_
                                                configure_logging, log_level, refresh_secrets, scrub)
 from speaker_asr.serving import openai_api
 from speaker_asr.serving.metrics import Metrics
-from speaker_asr.serving.negotiation import (HttpError, error_body, parse_request, read_body,
-                                             request_info)
+from speaker_asr.serving.negotiation import (LEFT_DURING_BODY, LEFT_WHILE_QUEUED,
+                                             LEFT_WHILE_RUNNING, HttpError, client_left, error_body,
+                                             parse_request, read_body, request_info)
 from speaker_asr.serving.runner import (DEFAULT_MAX_QUEUE, ClientGone, DisconnectWatch, ModelRunner,
                                         QueueFull)
 
@@ -217,9 +218,6 @@ def _error(request: Request, exc: HttpError) -> JSONResponse:
                         headers=exc.headers)
 
 
-CLIENT_GONE = "the client disconnected while the request waited for the model; dropped before it ran"
-
-
 def default_handler_factory() -> Callable[[dict], Any]:
     """``EndpointHandler`` with the settings from the environment."""
     _route_library_logs()
@@ -320,19 +318,16 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         except HttpError as exc:
             return _error(request, exc)
         except ClientDisconnect:
-            info["error"] = "the client disconnected before sending the whole body"
-            return Response(status_code=499)
+            return client_left(info, LEFT_DURING_BODY)
         except ClientGone:
-            info["error"] = CLIENT_GONE
-            return Response(status_code=499)
+            return client_left(info, LEFT_WHILE_QUEUED)
         finally:
             if ticket is not None:
                 ticket.release()
             if watch is not None:
                 watch.close()
         if watch.gone.is_set():
-            info["error"] = "the client disconnected while the model ran; the answer was discarded"
-            return Response(status_code=499)
+            return client_left(info, LEFT_WHILE_RUNNING)
         if isinstance(result, dict) and isinstance(result.get("duration"), (int, float)):
             info["audio_seconds"] = float(result["duration"])
         payload = json.dumps(result, ensure_ascii=False, allow_nan=False)

@@ -13,6 +13,7 @@ from typing import Any, Optional
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.responses import Response
 
 DRAIN_AFTER_LIMIT_BYTES = 1024 * 1024
 
@@ -172,6 +173,19 @@ async def read_body(request: Request, limit: int) -> bytes:
 def request_info(request: Request) -> dict[str, Any]:
     """What the request logs (RequestContextMiddleware in app.py puts it in the scope)."""
     return request.scope.get("state", {}).get("request_info") or {"request_id": "-"}
+
+
+# why a request ended without an answer because its client went away (the access log's "error")
+LEFT_DURING_BODY = "the client disconnected before sending the whole body"
+LEFT_WHILE_QUEUED = ("the client disconnected while the request waited for the model; dropped "
+                     "before it ran")
+LEFT_WHILE_RUNNING = "the client disconnected while the model ran; the answer was discarded"
+
+
+def client_left(info: dict[str, Any], why: str) -> Response:
+    """The answer nobody reads (499, nginx's "client closed request"), with ``why`` logged."""
+    info["error"] = why
+    return Response(status_code=499)
 
 
 # a form field's value (a data URI of a reference clip) may be this large; the body limit applies

@@ -43,7 +43,9 @@ from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_F
                                                error_object, media_type, model_list, render, sse,
                                                stream_events)
 from speaker_asr.serving.logging_setup import scrub
-from speaker_asr.serving.negotiation import (HttpError, collect_parameters, coerce_value, media_type as
+from speaker_asr.serving.negotiation import (LEFT_DURING_BODY, LEFT_WHILE_QUEUED,
+                                             LEFT_WHILE_RUNNING, HttpError, client_left,
+                                             collect_parameters, coerce_value, media_type as
                                              content_media_type, read_body, read_form, request_info)
 from speaker_asr.serving.runner import ClientGone, DisconnectWatch, ModelRunner
 
@@ -551,8 +553,7 @@ class OpenAIRoutes:
                 status, message, param, code = self.describe_failure(error, info)
                 return JSONResponse(error_object(message, status, param, code), status_code=status)
             if watch.gone.is_set():
-                info["error"] = "the client disconnected while the model ran; the answer was discarded"
-                return Response(status_code=499)
+                return client_left(info, LEFT_WHILE_RUNNING)
             answer: Answer = job.future.result()
             info["audio_seconds"] = answer.duration
             if parsed.stream:  # done before the stream started: all of it at once
@@ -566,12 +567,9 @@ class OpenAIRoutes:
         except HttpError as exc:
             return self.error(request, exc)
         except ClientDisconnect:
-            info["error"] = "the client disconnected before sending the whole body"
-            return Response(status_code=499)
+            return client_left(info, LEFT_DURING_BODY)
         except ClientGone:
-            info["error"] = ("the client disconnected while the request waited for the model; "
-                             "dropped before it ran")
-            return Response(status_code=499)
+            return client_left(info, LEFT_WHILE_QUEUED)
         finally:
             if ticket is not None:
                 ticket.release()

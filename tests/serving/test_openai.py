@@ -29,8 +29,8 @@ import pytest
 import srt
 import webvtt
 
-from helpers import (FAKE_TOKEN, HTTP, MAX_BODY, SEEN_RESPONSES, ServerProcess, encode, free_port,
-                     parse_metrics, record, server_env, session, tone)
+from helpers import (FAKE_TOKEN, HTTP, MAX_BODY, SEEN_RESPONSES, ServerProcess, encode,
+                     inprocess_server, parse_metrics, record, server_env, session, tone, wait_until)
 
 openai = pytest.importorskip("openai")
 
@@ -313,40 +313,11 @@ def test_metrics_count_the_v1_routes_and_the_key_never_shows(live):
 
 
 @contextmanager
-def inprocess(factory, **options):
-    import uvicorn
-
-    from speaker_asr.serving import app as server
-
-    app = server.create_app(handler_factory=factory, max_body_bytes=options.pop("max_body_bytes", 1_000_000),
-                            api_key=options.pop("api_key", None), **options)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-                            lifespan="on", log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{port}"
-    try:
+def inprocess(factory, api_key=None, **options):
+    """The app on a thread of this process (no API_KEY unless given), once its models are up."""
+    with inprocess_server(factory, api_key=api_key, **options) as (url, app):
         wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
         yield url, app
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=15)
-
-
-def wait_until(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail("condition not reached in time")
 
 
 def metrics(url: str, key=None) -> dict:

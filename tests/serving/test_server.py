@@ -22,7 +22,6 @@ import sys
 import textwrap
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,8 +30,8 @@ import pytest
 import requests
 
 from helpers import (FAKE_TOKEN, HTTP, MAX_BODY, REQUEST_TIMEOUT_S, SEEN_RESPONSES,
-                     ServerProcess, b64, check_error, encode, free_port,
-                     parse_metrics, record, server_env, session, tone)
+                     ServerProcess, b64, check_error, encode, inprocess_server,
+                     parse_metrics, record, server_env, session, tone, wait_until)
 
 # every test here starts the server (or the command line) as a process
 pytestmark = pytest.mark.subprocess
@@ -335,40 +334,6 @@ def test_failed_load_answers_503_with_the_reason_and_stays_up(servers, clip):
 
 
 # --------------------------------------------------------------------------- in-process, fake handlers
-
-
-@contextmanager
-def inprocess_server(factory, max_body_bytes: int = 1_000_000):
-    import uvicorn
-
-    from speaker_asr.serving import app as server
-
-    app = server.create_app(handler_factory=factory, max_body_bytes=max_body_bytes)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False,
-                            lifespan="on", log_level="warning")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=15)
-
-
-def wait_until(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail("condition not reached in time")
 
 
 def echo_handler(data):
