@@ -172,15 +172,20 @@ def _annotation_turns(annotation) -> list[Turn]:
 
 
 def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
-            min_speakers: Optional[int] = None, max_speakers: Optional[int] = None) -> Diarization:
+            min_speakers: Optional[int] = None, max_speakers: Optional[int] = None,
+            hook=None) -> Diarization:
     """Run the pipeline on the in-memory waveform (no second decode, no resampling mismatch):
     its turns and, from pyannote 4, its own exclusive turns (None from 3.x, which has none), with
-    the pipeline's own labels."""
+    the pipeline's own labels. ``hook`` is pyannote's own progress hook, called as
+    ``hook(step_name, artefact, file=..., total=..., completed=...)`` after each step and, within
+    the long steps (segmentation, embeddings), after each batch."""
     import torch
 
     kwargs = {k: v for k, v in (("num_speakers", num_speakers), ("min_speakers", min_speakers),
                                 ("max_speakers", max_speakers)) if v is not None}
     waveform = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None]
+    if hook is not None:
+        kwargs["hook"] = hook
     with torch.inference_mode():
         output = pipeline({"waveform": waveform, "sample_rate": SAMPLE_RATE}, **kwargs)
     if hasattr(output, "speaker_diarization"):  # pyannote.audio 4.x DiarizeOutput
