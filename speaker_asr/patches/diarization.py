@@ -17,11 +17,18 @@
   32: WeSpeaker ResNet34's activations for 32 ten-second windows do not fit the caches, and one
   at a time was 2x faster here (30 s sample: 34.4 -> 17.0 s). Same speaker turns on every input
   measured; the embeddings differ only in float rounding (at most 1.4e-7 on values up to 0.14).
+* ``linear_clustering``: above ``EXACT_LIMIT`` embeddings (about 45 minutes of meeting) the
+  clustering step's centroid linkage runs blockwise (speaker_asr/diarization/clustering.py):
+  linear time and memory instead of n^2/2 distances, for the 3.1 recipe's agglomerative
+  clustering and for the AHC that seeds community-1's VBx. At or below it, pyannote's own.
+  It can change the output of long recordings only (a different merge order across blocks).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Optional
 
 import numpy as np
 
@@ -92,3 +99,79 @@ def skip_silent_embeddings(pipeline) -> bool:
     SkipSilent.__name__ = SkipSilent.__qualname__ = f"SkipSilent{stock.__name__}"
     embedding.__class__ = SkipSilent
     return True
+
+
+# the pipelines whose clustering step ``linear_clustering`` serves, and the thread-local state
+# through which a VBx step hands its threshold to the AHC that seeds it
+_BLOCKWISE = threading.local()
+
+
+def _linkage_for_vbx(scipy_linkage):
+    """pyannote's clustering module's ``linkage``, replaced once: the blockwise centroid linkage
+    while a patched VBx step runs on this thread with more than EXACT_LIMIT embeddings, scipy's
+    own everywhere else (any other caller, any other method)."""
+    from speaker_asr.diarization import clustering as linear
+
+    def linkage(y, method="single", metric="euclidean", *args, **kwargs):
+        threshold = getattr(_BLOCKWISE, "threshold", None)
+        if (threshold is not None and method == "centroid" and metric == "euclidean"
+                and np.ndim(y) == 2 and len(y) > linear.EXACT_LIMIT):
+            return linear.blockwise_linkage(y, threshold)
+        return scipy_linkage(y, method, metric, *args, **kwargs)
+
+    linkage._blockwise_dispatch = True
+    return linkage
+
+
+def linear_clustering(pipeline) -> Optional[str]:
+    """Make ``pipeline.clustering`` cluster more than EXACT_LIMIT embeddings in linear time and
+    memory (speaker_asr/diarization/clustering.py); at or below it, pyannote's own clustering.
+    Returns None when it applied, else why not."""
+    clustering = getattr(pipeline, "clustering", None)
+    if clustering is None:
+        return "the pipeline has no clustering step"
+    if getattr(clustering, "_linear", False):
+        return None
+    try:
+        from pyannote.audio.pipelines import clustering as module
+    except Exception as exc:  # pragma: no cover - pyannote is installed wherever a pipeline loads
+        return f"pyannote's clustering module: {type(exc).__name__}"
+    from speaker_asr.diarization import clustering as linear
+
+    stock = type(clustering)
+    agglomerative = getattr(module, "AgglomerativeClustering", None)
+    vbx = getattr(module, "VBxClustering", None)
+    if agglomerative is not None and isinstance(clustering, agglomerative):
+        if getattr(clustering, "method", "centroid") != "centroid":
+            return f"its linkage method is {clustering.method!r}, not centroid"
+
+        class Linear(stock):
+            _linear = True
+
+            def cluster(self, embeddings, min_clusters=None, max_clusters=None, num_clusters=None):
+                if len(embeddings) <= linear.EXACT_LIMIT or self.method != "centroid":
+                    return stock.cluster(self, embeddings, min_clusters=min_clusters,
+                                         max_clusters=max_clusters, num_clusters=num_clusters)
+                n = len(embeddings)
+                return linear.cluster_centroid(
+                    embeddings, float(self.threshold), int(self.min_cluster_size),
+                    min_clusters=min_clusters or 1, max_clusters=max_clusters or n,
+                    num_clusters=num_clusters, metric=self.metric)
+    elif vbx is not None and isinstance(clustering, vbx):
+        if not getattr(module.linkage, "_blockwise_dispatch", False):
+            module.linkage = _linkage_for_vbx(module.linkage)
+
+        class Linear(stock):
+            _linear = True
+
+            def __call__(self, *args, **kwargs):
+                _BLOCKWISE.threshold = float(self.threshold)
+                try:
+                    return stock.__call__(self, *args, **kwargs)
+                finally:
+                    _BLOCKWISE.threshold = None
+    else:
+        return f"{stock.__name__} is neither agglomerative (centroid) nor VBx clustering"
+    Linear.__name__ = Linear.__qualname__ = f"Linear{stock.__name__}"
+    clustering.__class__ = Linear
+    return None

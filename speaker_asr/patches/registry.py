@@ -116,6 +116,12 @@ def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
     return None if cpu_embedding_batch(pipeline, device) else "the pipeline has no embedding batch size"
 
 
+def _linear_clustering(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import linear_clustering
+
+    return linear_clustering(pipeline)
+
+
 _TRANSFORMERS = "transformers 4.51-4.57 and 5.x"
 PATCHES: tuple[Patch, ...] = (
     Patch("chunk_windows", "whisper", True, _TRANSFORMERS, _chunk_windows,
@@ -151,6 +157,9 @@ PATCHES: tuple[Patch, ...] = (
           _skip_silent_embeddings, "no speaker embedding for a window's silent speaker slots"),
     Patch("cpu_embedding_batch", "diarization", False, "pyannote.audio 3.3 and 4.x", _cpu_embedding_batch,
           "on CPU one window per embedding batch instead of 32"),
+    Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
+          "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
+          "whose clusters are then linked by their weighted centroids: linear time and memory"),
 )
 
 
