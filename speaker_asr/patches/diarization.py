@@ -175,3 +175,72 @@ def linear_clustering(pipeline) -> Optional[str]:
     Linear.__name__ = Linear.__qualname__ = f"Linear{stock.__name__}"
     clustering.__class__ = Linear
     return None
+
+
+# every EMBEDDING_STRIDE-th window's speakers are embedded; the others take a neighbour's
+# (speaker_asr/diarization/window_plan.py)
+EMBEDDING_STRIDE = 3
+
+
+def _windows(window, indices):
+    """``window`` (a pyannote SlidingWindow) at the positions ``indices`` only, as pyannote's
+    ``get_embeddings`` iterates it."""
+    from pyannote.core import SlidingWindow
+
+    class Chosen(SlidingWindow):
+        def __getitem__(self, i):
+            return SlidingWindow.__getitem__(self, int(indices[i]))
+
+    return Chosen(start=window.start, duration=window.duration, step=window.step)
+
+
+def embed_fewer_windows(pipeline) -> Optional[str]:
+    """Make ``pipeline`` embed the speakers of every EMBEDDING_STRIDE-th window only, the others
+    taking the embedding of the same speaker in the nearest embedded window. Returns None when
+    it applied, else why not."""
+    if EMBEDDING_STRIDE <= 1:
+        return "EMBEDDING_STRIDE is 1"
+    stock = getattr(type(pipeline), "get_embeddings", None)
+    if stock is None or type(pipeline).__name__ != "SpeakerDiarization":
+        return "the pipeline is not pyannote's SpeakerDiarization"
+    if not getattr(pipeline._embedding, "_skips_silent", False):
+        # the copies leave a silent speaker's embedding NaN, as skip_silent_embeddings does
+        return "skip_silent_embeddings did not apply"
+    from pyannote.core import SlidingWindowFeature
+
+    from speaker_asr.diarization.window_plan import plan_windows
+
+    def get_embeddings(self, file, binary_segmentations, exclude_overlap=False, hook=None):
+        data = binary_segmentations.data
+        window = binary_segmentations.sliding_window
+        if self.training or len(data) <= EMBEDDING_STRIDE:
+            return stock(self, file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
+        plan = plan_windows(data, data.shape[1] * window.step / window.duration, EMBEDDING_STRIDE)
+        chosen = np.flatnonzero(plan.embed)
+        speakers = data.shape[2]
+        total = len(chosen) * speakers
+        done = 0
+
+        def progress(step, artefact, total=None, completed=None, **kwargs):
+            # the one embedding call reports per batch of the chosen windows' speakers
+            if hook is None or step != "embeddings" or completed is None:
+                return
+            hook("embeddings", artefact, total=total_batches, completed=completed, **kwargs)
+
+        total_batches = -(-total // max(1, int(getattr(self, "embedding_batch_size", 1) or 1)))
+        part = SlidingWindowFeature(data[chosen], _windows(window, chosen))
+        computed = stock(self, file, part, exclude_overlap=exclude_overlap, hook=progress)
+        del done
+        embeddings = np.full((len(data),) + computed.shape[1:], np.nan, dtype=computed.dtype)
+        embeddings[chosen] = computed
+        # a copy whose source came out NaN (too little clean speech there): embed that window too
+        plan.copy_into(embeddings)
+        missing = np.flatnonzero(~plan.embed & (
+            (np.nan_to_num(data).sum(axis=1) > 0) & np.isnan(embeddings).any(axis=2)).any(axis=1))
+        if len(missing):
+            part = SlidingWindowFeature(data[missing], _windows(window, missing))
+            embeddings[missing] = stock(self, file, part, exclude_overlap=exclude_overlap)
+        return embeddings
+
+    pipeline.get_embeddings = get_embeddings.__get__(pipeline)
+    return None

@@ -8,10 +8,17 @@ import pytest
 from helpers import tone
 
 
-def _load(tiny_models, speedups: bool):
-    from speaker_asr.diarization.pipeline import load_diarization_pipeline
+def _load(tiny_models, speedups: bool, *skip: str):
+    """The tiny pipeline with the speed fixes (less those named in ``skip``) or without."""
+    import contextlib
 
-    return load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", speedups=speedups)
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
+    from speaker_asr.patches import registry
+
+    with contextlib.ExitStack() as stack:
+        for name in skip:
+            stack.enter_context(registry.skipping(name, "skipped by the test"))
+        return load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", speedups=speedups)
 
 
 def _two_voices() -> np.ndarray:
@@ -39,7 +46,8 @@ def _rows_run(stock_pipeline):
 def test_speedups_keep_the_turns_and_skip_silent_slots(tiny_models):
     from speaker_asr.diarization.pipeline import diarize
 
-    stock, fast = _load(tiny_models, False), _load(tiny_models, True)
+    # the output-preserving fixes only (the two that may change an output are tested on their own)
+    stock, fast = _load(tiny_models, False), _load(tiny_models, True, "embed_fewer_windows", "linear_clustering")
     assert getattr(fast._embedding, "_skips_silent", False)
     assert not getattr(stock._embedding, "_skips_silent", False)
     assert fast.embedding_batch_size == 1 and stock.embedding_batch_size == 32
@@ -94,3 +102,41 @@ def test_cpu_embedding_batch_only_on_cpu(tiny_models, device, applies):
     pipeline = _load(tiny_models, False)
     assert cpu_embedding_batch(pipeline, device) is applies
     assert pipeline.embedding_batch_size == (1 if applies else 32)
+
+
+def test_fewer_windows_embedded_and_every_active_speaker_has_an_embedding(tiny_models):
+    from speaker_asr.diarization.pipeline import diarize
+
+    every, fewer = _load(tiny_models, True, "embed_fewer_windows"), _load(tiny_models, True)
+    audio = np.concatenate([_two_voices()] * 3)  # 48 s: 39 windows
+    seen = {}
+
+    def spy(pipeline, name):
+        step = pipeline.clustering.__class__.__call__
+
+        def call(self, *args, **kwargs):
+            seen[name] = (kwargs["embeddings"].copy(), kwargs["segmentations"].data.copy())
+            return step(self, *args, **kwargs)
+        return call
+
+    rows, restore = _rows_run(every)
+    try:
+        for name, pipeline in (("every", every), ("fewer", fewer)):
+            pipeline.clustering.__class__.__call__ = spy(pipeline, name)
+            rows.clear()
+            diarize(pipeline, audio)
+            seen[name + "_rows"] = sum(rows)
+    finally:
+        restore()
+        for pipeline in (every, fewer):
+            del pipeline.clustering.__class__.__call__
+    assert seen["fewer_rows"] < 0.6 * seen["every_rows"]
+    embeddings, masks = seen["fewer"]
+    active = masks.sum(axis=1) > 0
+    assert np.isfinite(embeddings[active]).all() and np.isnan(embeddings[~active]).all()
+    np.testing.assert_array_equal(masks, seen["every"][1])
+    # an embedded window's speakers have the embeddings every window gets
+    from speaker_asr.patches.diarization import EMBEDDING_STRIDE
+
+    np.testing.assert_allclose(embeddings[::EMBEDDING_STRIDE][active[::EMBEDDING_STRIDE]],
+                               seen["every"][0][::EMBEDDING_STRIDE][active[::EMBEDDING_STRIDE]], atol=1e-5)
