@@ -1,4 +1,5 @@
-"""Shared helpers for the benchmark scripts: paths, deterministic inputs, WER, machine facts, RSS.
+"""Shared helpers for the benchmark scripts: paths, deterministic inputs, WER, machine facts, RSS
+(``rss_mb`` and ``lifetime_peak_rss_mb`` are speaker_asr/testing/memory.py's).
 
 Nothing here is imported by the project; the project is imported from here (read-only use). The
 scripts import this as ``common`` (their own folder is ``sys.path[0]`` when they run).
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+
+# RSS now and the lifetime peak (ru_maxrss), as the reliability scripts read them; the scripts import them from here
+from speaker_asr.testing.memory import max_rss_mb as lifetime_peak_rss_mb, rss_mb  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -265,11 +269,6 @@ def _status_kb(field: str) -> Optional[int]:
     return None
 
 
-def rss_mb() -> Optional[float]:
-    kb = _status_kb("VmRSS")
-    return None if kb is None else kb / 1024
-
-
 def peak_rss_mb() -> Optional[float]:
     """VmHWM: the peak since the process started or since :func:`reset_peak_rss`."""
     kb = _status_kb("VmHWM")
@@ -288,12 +287,6 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
-
-
-def lifetime_peak_rss_mb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # --------------------------------------------------------------------------- timing

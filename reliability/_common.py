@@ -1,5 +1,6 @@
 """Shared by the reliability scripts: paths, a local server with the tiny models, percentiles,
-RSS, and the summary line / JSON result every script ends with.
+and the summary line / JSON result every script ends with (memory: speaker_asr/testing/memory.py;
+long recordings: speaker_asr/testing/long_audio.py).
 
 The scripts import it as ``_common`` (their own folder is ``sys.path[0]`` when they run) and the
 project (``speaker_asr``, installed editable by ``make install``) read-only.
@@ -16,8 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 REAL = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
 REAL_AUDIO = REAL / "audio"
-REAL_ASR = REAL / "whisper-tiny.en"
-REAL_PIPELINE = REAL / "pyannote-campp-3.1"
 SR = 16_000
 
 
@@ -30,22 +29,6 @@ def percentile(values: list[float], q: float) -> Optional[float]:
     return ordered[rank - 1]
 
 
-def rss_mb() -> float:
-    """This process's resident set size now (MiB)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far (MiB, ru_maxrss)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def finish(name: str, summary: str, result: dict[str, Any], json_path: Optional[str], ok: bool) -> int:
     """Print the one summary line, write the result as JSON when asked; the exit code."""
     result = {"script": name, **result, "passed": ok}
@@ -55,24 +38,11 @@ def finish(name: str, summary: str, result: dict[str, Any], json_path: Optional[
     return 0 if ok else 1
 
 
-def tiny_models(work: Path) -> dict[str, Path]:
-    """speaker_asr/testing/tiny_models.py's tiny random models, built once into ``work/tiny-models``."""
-    from speaker_asr.testing.tiny_models import build_all
-
-    models = work / "tiny-models"
-    names = ("whisper", "whisper.en", "assistant", "pyannote")
-    if (models / ".built").exists():
-        return {name: models / name for name in names}
-    print(f"building the tiny random models in {models} ...", flush=True)
-    work.mkdir(parents=True, exist_ok=True)
-    paths = build_all(models)
-    (models / ".built").write_text("ok")
-    return paths
-
-
 def local_server(work: Path, **env_overrides: str):
     """``python -m speaker_asr serve`` on 127.0.0.1 with the tiny random models (built once into
     ``work``; log in ``work/load-server.log``): speaker_asr/testing/server.py's ServerProcess."""
     from speaker_asr.testing.server import ServerProcess, tiny_env
+    from speaker_asr.testing.tiny_models import build_all_once
 
-    return ServerProcess("load-server", tiny_env(tiny_models(work), PYTHONUNBUFFERED="1", **env_overrides), work)
+    models = build_all_once(work / "tiny-models")
+    return ServerProcess("load-server", tiny_env(models, PYTHONUNBUFFERED="1", **env_overrides), work)
