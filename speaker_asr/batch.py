@@ -47,11 +47,15 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any, Iterable, Iterator, Optional, Protocol, Sequence, Union
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Iterable, Iterator, Optional,
+                    Protocol, Sequence, Union)
 
 from speaker_asr.audio.files import AUDIO_EXTENSIONS, is_audio
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import FORMATS
+
+if TYPE_CHECKING:
+    from speaker_asr.progress import ProgressCallback
 
 logger = logging.getLogger("speaker_asr.batch")
 
@@ -400,13 +404,19 @@ class Engine(Protocol):
 class LocalEngine:
     """The handler in this process (``speaker_asr.endpoint.EndpointHandler`` with the settings
     from the environment: ASR_MODEL, DIARIZATION_MODEL, ...), loaded once, on the first
-    :meth:`load` or recording; one recording at a time."""
+    :meth:`load` or recording; one recording at a time.
+
+    ``watch``: for a recording's name (its path, ``-`` for standard input), a context manager
+    giving the progress callback for its request while it runs (``progress.LineProgress.recording``
+    or ``BarProgress.recording``); the handler is called with ``progress=`` when it takes it."""
 
     concurrency = 1
     render_locally = False
 
-    def __init__(self, handler: Any = None):
+    def __init__(self, handler: Any = None,
+                 watch: Optional[Callable[[str], ContextManager["ProgressCallback"]]] = None):
         self.handler = handler
+        self.watch = watch
 
     def load(self) -> None:
         if self.handler is not None:
@@ -421,8 +431,14 @@ class LocalEngine:
     def respond(self, audio: bytes, parameters: dict[str, Any], source: Optional[Path],
                 stop: threading.Event) -> Reply:
         self.load()
+        from speaker_asr.progress import takes_progress
+
+        data = {"inputs": audio, "parameters": parameters}
         try:
-            return Reply(self.handler({"inputs": audio, "parameters": parameters}))
+            if self.watch is None or not takes_progress(self.handler):
+                return Reply(self.handler(data))
+            with self.watch(str(source) if source is not None else "-") as progress:
+                return Reply(self.handler(data, progress=progress))
         except (RequestError, ValueError) as exc:  # the input's fault, with the handler's message
             raise FileError(str(exc) or type(exc).__name__, refused=True) from None
         except Exception as exc:

@@ -18,6 +18,9 @@ itself (the response's ``content``), JSON formats as indented JSON. ``--output P
 file; ``--output-dir DIR`` (or ``--output`` naming a directory) writes ``<audio stem>.<ext>``
 there, and takes several formats at once (``--format srt,vtt,json``: one transcription, each
 format rendered from it). ``serve`` runs the HTTP server (see speaker_asr/serving/app.py and docs/serving.md).
+In this process, how far a recording has got is shown on stderr while it runs (progress.py): on
+a terminal a line with the ASR's windows done of the total and the diarization's step, otherwise
+a line every 30 s at most (none for a recording done sooner).
 
 Several files, or a folder (``--recursive`` for its subfolders), make a batch run
 (speaker_asr/batch.py): the models load once, the outputs go to ``--output-dir`` keeping each
@@ -400,10 +403,16 @@ def transcribe(args: argparse.Namespace) -> int:
     if not audio:
         return _fail(f"{file} is empty", 2)
 
-    from speaker_asr.batch import FileError, RunError, transcribe_audio
+    from speaker_asr.batch import FileError, LocalEngine, RunError, transcribe_audio
 
+    display = None
     try:
         engine.load()
+        if isinstance(engine, LocalEngine):  # how far the request has got, on stderr
+            from speaker_asr.progress import progress_for
+
+            display = progress_for(1, files=False)
+            engine.watch = display.recording
         answer = transcribe_audio(engine, audio, params, formats,
                                   source=None if file == "-" else Path(file))
     except RunError as exc:
@@ -412,6 +421,9 @@ def transcribe(args: argparse.Namespace) -> int:
         return _fail(str(exc), 2 if exc.refused else 1)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    finally:
+        if display is not None:
+            display.close()
 
     for warning in answer.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -537,6 +549,8 @@ def transcribe_many(args: argparse.Namespace) -> int:
                 if not args.url:
                     say(f"models loaded in {time.monotonic() - loading:.1f} s")
             progress = progress_for(len(work.todo))
+            if isinstance(engine, batch.LocalEngine):  # each recording's progress as it runs
+                engine.watch = progress.recording
             for result in run:
                 summary.add(result)
                 if manifest:

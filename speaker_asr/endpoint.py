@@ -20,6 +20,7 @@ from speaker_asr.diarization.pipeline import configure_pyannote_telemetry, load_
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render_response
 from speaker_asr.pipeline import Pipeline
+from speaker_asr.progress import ProgressCallback
 from speaker_asr.result import Result
 
 logger = logging.getLogger("handler")
@@ -68,22 +69,26 @@ class EndpointHandler:
                     str(self.dtype).removeprefix("torch."),
                     f" quantization={self.settings.quantization}" if self.settings.quantization else "")
 
-    def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, data: dict[str, Any], progress: Optional[ProgressCallback] = None
+                 ) -> dict[str, Any]:
         """One request: validate -> decode -> run the pipeline -> render. A mistake in it raises
         :class:`~speaker_asr.errors.RequestError` (answer 400 with its message); anything else is
-        the server's fault."""
-        config, result = self.result(data)
+        the server's fault. ``progress``: called with a :class:`~speaker_asr.progress.Progress`
+        as the ASR decodes its windows and the diarization goes through its steps -- from both
+        of their threads at once, so it must be thread-safe."""
+        config, result = self.result(data, progress=progress)
         return render_response(result, config.response_format,
                                speaker_names=config.speaker_names, task=config.task)
 
-    def result(self, data: dict[str, Any], on_start: Optional[Callable[[], None]] = None
-               ) -> tuple[InferenceConfig, Result]:
+    def result(self, data: dict[str, Any], on_start: Optional[Callable[[], None]] = None,
+               progress: Optional[ProgressCallback] = None) -> tuple[InferenceConfig, Result]:
         """One request up to its :class:`~speaker_asr.result.Result` (not yet rendered, speakers
         not yet renamed by ``speaker_names``): validate -> decode -> run the pipeline. For
         servers that write their own shapes (the OpenAI-compatible routes). ``on_start`` is
         called once the request has been checked (parameters, audio, known speakers' clips),
-        before the models run. Raises :class:`~speaker_asr.errors.RequestError` for a mistake in
-        the request, its ``param`` naming the parameter (``inputs`` for the audio)."""
+        before the models run; ``progress`` as for :meth:`__call__`. Raises
+        :class:`~speaker_asr.errors.RequestError` for a mistake in the request, its ``param``
+        naming the parameter (``inputs`` for the audio)."""
         if not isinstance(data, dict):
             raise RequestError("the request must be a JSON object with 'inputs' (base64 audio) and "
                                "optional 'parameters'")
@@ -96,4 +101,4 @@ class EndpointHandler:
             except RequestError as exc:
                 exc.param = exc.param or "inputs"
                 raise
-            return config, self.pipeline(audio, config, on_start=on_start)
+            return config, self.pipeline(audio, config, on_start=on_start, progress=progress)

@@ -24,6 +24,7 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import DEFAULT_SPEAKER_MATCH_THRESHOLD, InferenceConfig
 from speaker_asr.diarization.pipeline import diarize
 from speaker_asr.errors import RequestError
+from speaker_asr.progress import DiarizationHook, ProgressCallback
 from speaker_asr.result import Result
 from speaker_asr.types import Diarization, Transcript
 
@@ -51,9 +52,13 @@ class Pipeline:
             if diarization is not None else None
 
     def __call__(self, audio: np.ndarray, config: InferenceConfig,
-                 on_start: Optional[Callable[[], None]] = None) -> Result:
+                 on_start: Optional[Callable[[], None]] = None,
+                 progress: Optional[ProgressCallback] = None) -> Result:
         """The request's Result. ``on_start`` is called once its inputs are checked (the known
-        speakers' clips embedded), before transcription and diarization start."""
+        speakers' clips embedded), before transcription and diarization start. ``progress`` is
+        called as the ASR decodes its windows (on this thread) and as the diarization goes
+        through its steps (on the worker thread, at the same time): it must be thread-safe
+        (``progress.RequestProgress`` is)."""
         # known speakers' clips are checked and embedded before any decoding, so a bad clip is
         # refused at once (embeddings are cached by the clip's bytes)
         references = reference_voices(self.voices, config)
@@ -64,7 +69,7 @@ class Pipeline:
             transcript = Transcript("", [], config.language if self.asr.multilingual else "en")
             found = Diarization() if self.diarization is not None else None
         else:
-            transcript, found = self._transcribe_and_diarize(audio, config, with_voices)
+            transcript, found = self._transcribe_and_diarize(audio, config, with_voices, progress)
         warnings = failure_warnings(transcript, found)
         if found is not None and heard_nobody(found, transcript, config):
             warnings.append(no_speech_warning(transcript.text))
@@ -79,18 +84,19 @@ class Pipeline:
                                          config.return_speaker_embeddings)
         return replace(result, warnings=warnings)
 
-    def _transcribe_and_diarize(self, audio: np.ndarray, config: InferenceConfig, with_voices: bool
+    def _transcribe_and_diarize(self, audio: np.ndarray, config: InferenceConfig, with_voices: bool,
+                                progress: Optional[ProgressCallback] = None
                                 ) -> tuple[Transcript, Optional[Diarization]]:
         """The ASR's transcript and, with a diarization pipeline, what it found (a fault in it is
         the Diarization's ``error``: the transcript is still worth returning)."""
         pending = None
         if self.diarization is not None:
             pending = self._worker.submit(diarize_speakers, self.diarization, self.voices, audio,
-                                          config, with_voices)
+                                          config, with_voices, progress)
         try:
             # word timestamps drive speaker attribution; without diarization only when asked for
             transcript = self.asr.transcribe(audio, config, word_timestamps=pending is not None
-                                             or config.return_word_timestamps)
+                                             or config.return_word_timestamps, progress=progress)
         finally:
             if pending is not None:  # the worker is never left running into the next request
                 wait([pending])
@@ -127,15 +133,16 @@ def reference_voices(voices, config: InferenceConfig) -> Optional[dict[str, list
 
 
 def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfig,
-                     with_voices: bool) -> Diarization:
+                     with_voices: bool, progress: Optional[ProgressCallback] = None) -> Diarization:
     """The diarization of ``audio``, speakers labelled SPEAKER_00, SPEAKER_01, ... in order of
     first appearance in the exclusive turns (derived from the turns for pyannote 3.x; any speaker
     only in the overlapping turns after them); ``with_voices``, each speaker's voice from those
-    exclusive turns (no overlapped speech).
+    exclusive turns (no overlapped speech). ``progress`` hears pyannote's steps.
     A fault in the embedding model is the result's ``embedding_error`` (the speakers stay, without
     voices)."""
     found = diarize(pipeline, audio, num_speakers=config.num_speakers,
-                    min_speakers=config.min_speakers, max_speakers=config.max_speakers)
+                    min_speakers=config.min_speakers, max_speakers=config.max_speakers,
+                    hook=DiarizationHook(progress) if progress is not None else None)
     alone = found.one_at_a_time()
     labels = speaker_labels(found.turns, speaker_labels(alone))
     found = Diarization(rename_speakers(found.turns, labels),

@@ -14,7 +14,9 @@ Two measured pitfalls are handled here:
 
 from __future__ import annotations
 
+import inspect
 import logging
+import math
 import time
 from typing import Any, Optional
 
@@ -23,9 +25,11 @@ import numpy as np
 from speaker_asr.asr.assist_policy import AssistPolicy
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.asr.hallucination import drop_hallucinations
-from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, InferenceConfig,
-                                ModelCapabilities, ModelSettings)
+from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S,
+                                InferenceConfig, ModelCapabilities, ModelSettings)
 from speaker_asr.compat import dtype_kwarg, transformers_major
+from speaker_asr.patches.scope import RequestScope
+from speaker_asr.progress import AsrWindows, ProgressCallback
 from speaker_asr.types import Segment, Transcript, Word
 
 logger = logging.getLogger(__name__)
@@ -41,9 +45,17 @@ def _pipeline_class():
 
     class SegmentsAndWordsPipeline(AutomaticSpeechRecognitionPipeline):
         def _forward(self, model_inputs, *args, **kwargs):
+            stride = model_inputs.get("stride")  # popped by the stock _forward
             # each window's right overlap, for the one-pass-per-window splitter (chunk_windows)
-            with right_overlaps(model_inputs.get("stride"), self.feature_extractor.hop_length):
-                return super()._forward(model_inputs, *args, **kwargs)
+            with right_overlaps(stride, self.feature_extractor.hop_length):
+                out = super()._forward(model_inputs, *args, **kwargs)
+            windows = _WINDOWS.get()
+            if windows is not None:  # a batch of chunked windows, or the whole audio, decoded
+                if stride is None:
+                    windows.finished()
+                else:
+                    windows.decoded(1 if isinstance(stride, tuple) else len(stride))
+            return out
 
         def postprocess(self, model_outputs, decoder_kwargs=None, return_timestamps=None,
                         return_language=None):
@@ -60,6 +72,26 @@ def _pipeline_class():
             return result
 
     return SegmentsAndWordsPipeline
+
+
+# the request's window count (progress.AsrWindows) on the thread decoding it, or None
+_WINDOWS = RequestScope(None)
+
+
+def chunked_windows(samples: int, chunk_len: int, stride_left: int, stride_right: int) -> int:
+    """How many windows transformers' chunked ASR pipeline cuts ``samples`` into: its
+    ``chunk_iter`` (windows of ``chunk_len`` samples, each starting ``chunk_len - stride_left -
+    stride_right`` after the last; a last piece no longer than its left stride is left out),
+    counted without computing any features."""
+    step = chunk_len - stride_left - stride_right
+    count = 0
+    for start in range(0, samples, step):
+        end = start + chunk_len
+        if min(end, samples) - start > (0 if start == 0 else stride_left):
+            count += 1
+        if end >= samples:
+            break
+    return count
 
 
 def _times(c: dict) -> tuple[Optional[float], Optional[float]]:
@@ -169,6 +201,8 @@ class WhisperTranscriber:
             getattr(gen, "lang_to_id", None))
         self.languages = frozenset(k.strip("<|>") for k in (getattr(gen, "lang_to_id", None) or {}))
         self.has_alignment_heads = bool(getattr(gen, "alignment_heads", None))
+        # whether generate reports its sequential loop's progress (transformers' monitor_progress)
+        self.monitors_progress = "monitor_progress" in inspect.signature(self.model.generate).parameters
 
         self.assistant = None
         self.assist_policy = AssistPolicy()
@@ -243,10 +277,27 @@ class WhisperTranscriber:
             kwargs["assistant_model"] = self.assistant
         return kwargs
 
-    def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False
-                   ) -> Transcript:
+    def window_count(self, samples: int, cfg: InferenceConfig, chunked: bool) -> int:
+        """The 30 s windows decoding ``samples`` takes: the chunked pipeline's windows (with the
+        pipeline's own rounding and its default stride, a sixth of a window on each side), else
+        the audio's length in windows (Whisper's sequential loop, or one window)."""
+        if not chunked:
+            return max(1, math.ceil(samples / (MAX_CHUNK_LENGTH_S * SAMPLE_RATE)))
+        rate = self.pipe.feature_extractor.sampling_rate
+        align = getattr(self.model.config, "inputs_to_logits_ratio", 1)
+
+        def aligned(seconds: float) -> int:
+            return int(round(seconds * rate / align) * align)
+
+        stride = aligned(cfg.chunk_length_s / 6)
+        return chunked_windows(samples, aligned(cfg.chunk_length_s), stride, stride)
+
+    def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False,
+                   progress: Optional[ProgressCallback] = None) -> Transcript:
         """Timestamped segments, and words when ``word_timestamps`` and the model has alignment
-        heads (check :attr:`has_alignment_heads`)."""
+        heads (check :attr:`has_alignment_heads`). ``progress`` hears the windows decoded (on
+        this thread): after each batch of chunked decoding, within Whisper's sequential loop as
+        it moves on (where generate reports it), and at the end."""
         import torch
 
         words_mode = word_timestamps and self.has_alignment_heads
@@ -272,14 +323,21 @@ class WhisperTranscriber:
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
+        windows = None
+        if progress is not None:
+            windows = AsrWindows(self.window_count(len(audio), cfg, chunked), progress)
+            if not chunked and windows.total > 1 and self.monitors_progress:
+                # Whisper's sequential loop says where each window starts: (seek, max frames)
+                generate_kwargs["monitor_progress"] = \
+                    lambda p: windows.reached(float(p[0, 0]) / max(1.0, float(p[0, 1])))
         started = time.perf_counter()
         from speaker_asr.patches.chunk_windows import one_pass_per_window
         from speaker_asr.patches.whisper import fast_lm_head_allowed, fast_lm_head_scope
 
         # request-scoped (this thread), never model state: the bfloat16 projection only for
-        # greedy decoding that reads no probabilities
+        # greedy decoding that reads no probabilities; the windows counted for ``progress``
         with torch.inference_mode(), one_pass_per_window(chunked), \
-                fast_lm_head_scope(fast_lm_head_allowed(generate_kwargs)):
+                fast_lm_head_scope(fast_lm_head_allowed(generate_kwargs)), _WINDOWS.set(windows):
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
                 **window,

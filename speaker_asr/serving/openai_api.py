@@ -42,6 +42,7 @@ from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_F
                                                TIMESTAMP_GRANULARITIES, ModelCard, Options,
                                                error_object, media_type, model_list, render, sse,
                                                stream_events)
+from speaker_asr.progress import ProgressCallback
 from speaker_asr.serving.logging_setup import scrub
 from speaker_asr.serving.negotiation import (LEFT_DURING_BODY, LEFT_WHILE_QUEUED,
                                              LEFT_WHILE_RUNNING, HttpError, client_left,
@@ -493,12 +494,13 @@ class OpenAIRoutes:
                        temperature=float(temperature), language_names=self._languages or {})
 
     def _work(self, handler, request: OpenAIRequest, model: Optional[str],
-              on_start: Optional[Callable[[], None]]) -> Callable[[dict], Answer]:
+              on_start: Optional[Callable[[], None]]) -> Callable[..., Answer]:
         """The job for the worker thread: the handler's Result, renamed by ``speaker_names``,
-        written in the shape asked for."""
+        written in the shape asked for. ``progress``: the runner's, for a handler that takes it."""
 
-        def work(data: dict) -> Answer:
-            config, result = handler.result(data, on_start=on_start)
+        def work(data: dict, progress: Optional[ProgressCallback] = None) -> Answer:
+            extra = {"progress": progress} if progress is not None else {}
+            config, result = handler.result(data, on_start=on_start, **extra)
             result = result.named(config.speaker_names or [])
             options = self._options(request, config, model)
             if request.stream:

@@ -8,6 +8,9 @@ A request submitted to the model (:meth:`ModelRunner.submit`) is watched while i
 (:meth:`ModelRunner.wait`): when its client disconnects before the model starts on it, it is
 dropped (:class:`ClientGone`) and its data (the audio) released at once, not when the worker
 gets to it.
+
+A long request's progress is logged at info (:class:`ProgressLog`) while the model runs it, when
+the handler takes a ``progress`` callback (``EndpointHandler`` does).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from speaker_asr.serving.logging_setup import scrub
+from speaker_asr.progress import Progress, RequestProgress, takes_progress
+from speaker_asr.serving.logging_setup import _request_id, scrub
 
 logger = logging.getLogger("server")
 
@@ -35,6 +39,28 @@ DEFAULT_MAX_QUEUE = 8
 # honour values up to 60 s)
 DEFAULT_RETRY_AFTER_S = 5
 MAX_RETRY_AFTER_S = 60
+# a running request's progress is logged at most every 30 s and every 10 % of a step, whichever is
+# rarer (a request done within 30 s logs none)
+PROGRESS_LOG_INTERVAL_S = 30.0
+PROGRESS_LOG_STEP = 0.1
+
+
+class ProgressLog:
+    """One request's progress callback on the server: a line at info on the ``server`` logger when
+    :class:`~speaker_asr.progress.RequestProgress` says one is due (``PROGRESS_LOG_INTERVAL_S``,
+    ``PROGRESS_LOG_STEP``), with the request's id (the diarization's thread does not carry the
+    request's context) and the counts as fields: ``progress: asr 120/480 windows, diarization:
+    embeddings 30/120 (95 s)``."""
+
+    def __init__(self, request_id: Optional[str]):
+        self.request_id = request_id
+        self.state = RequestProgress(PROGRESS_LOG_INTERVAL_S, PROGRESS_LOG_STEP)
+
+    def __call__(self, event: Progress) -> None:
+        line = self.state.update(event)
+        if line is not None:
+            logger.info("progress: %s (%.0f s)", line.text, line.elapsed_s,
+                        extra={"request_id": self.request_id, "fields": line.fields()})
 
 
 class QueueFull(Exception):
@@ -107,8 +133,10 @@ class Job:
                 self.ticket._release_locked()
         self.started = time.perf_counter()
         data, self.data = self.data, None
+        # a handler that takes a progress callback gets one (and the job's call passes it on)
+        extra = {"progress": ProgressLog(self.context.get(_request_id))} if runner.reports_progress else {}
         try:
-            result = self.context.run(self.call, data)
+            result = self.context.run(self.call, data, **extra)
         except BaseException as exc:
             outcome: tuple = (None, exc)
         else:
@@ -154,6 +182,7 @@ class ModelRunner:
         self.state = "loading"  # loading | ready | failed
         self.reason: Optional[str] = None
         self.handler: Optional[Callable[[dict], Any]] = None
+        self.reports_progress = False  # the handler takes ``progress=`` (its jobs' calls too)
         self.load_started = time.monotonic()
         self.load_seconds: Optional[float] = None
         self.loaded_at: Optional[float] = None  # wall clock (time.time()) when loading finished
@@ -206,6 +235,7 @@ class ModelRunner:
                          self.reason, exc_info=True)
             return
         self.handler = handler
+        self.reports_progress = takes_progress(handler)
         self.load_seconds = time.monotonic() - self.load_started
         self.loaded_at = time.time()
         self.state = "ready"
@@ -265,9 +295,10 @@ class ModelRunner:
             self.admitted += 1
             return Ticket(self)
 
-    def submit(self, data: Any, call: Optional[Callable[[Any], Any]] = None,
+    def submit(self, data: Any, call: Optional[Callable[..., Any]] = None,
                ticket: Optional[Ticket] = None) -> Job:
-        """Queue ``call(data)`` (by default ``handler(data)``) for the worker thread. The caller
+        """Queue ``call(data)`` (by default ``handler(data)``) for the worker thread; when the
+        handler takes a progress callback, ``call(data, progress=ProgressLog(...))``. The caller
         should drop its own reference to ``data``: the job holds it until it runs or is dropped."""
         assert self.handler is not None
         job = Job(self, data, call or self.handler, ticket)
