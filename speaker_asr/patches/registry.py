@@ -116,6 +116,12 @@ def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
     return None if cpu_embedding_batch(pipeline, device) else "the pipeline has no embedding batch size"
 
 
+def _coarser_segmentation_step(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import coarser_segmentation_step
+
+    return coarser_segmentation_step(pipeline)
+
+
 def _embed_fewer_windows(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import embed_fewer_windows
 
@@ -163,9 +169,12 @@ PATCHES: tuple[Patch, ...] = (
           _skip_silent_embeddings, "no speaker embedding for a window's silent speaker slots"),
     Patch("cpu_embedding_batch", "diarization", False, "pyannote.audio 3.3 and 4.x", _cpu_embedding_batch,
           "on CPU one window per embedding batch instead of 32"),
+    Patch("coarser_segmentation_step", "diarization", True, "pyannote.audio 3.3 and 4.x",
+          _coarser_segmentation_step,
+          "on recordings over 5 minutes the segmentation window slides by twice the recipe's step"),
     Patch("embed_fewer_windows", "diarization", True, "pyannote.audio 3.3 and 4.x", _embed_fewer_windows,
-          "speaker embeddings for every third window only; a speaker of a window in between takes "
-          "the embedding of the same speaker in the nearest embedded window"),
+          "on recordings over 5 minutes speaker embeddings for every other window only; a speaker of "
+          "a window in between takes the embedding of the same speaker in the nearest embedded one"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
           "whose clusters are then linked by their weighted centroids: linear time and memory"),

@@ -62,7 +62,8 @@ def test_diarization_patches_are_reported_and_switch_off(tiny_models):
 
     fast = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=True)
     assert [(r.name, r.applied) for r in fast.patch_report] == [
-        ("skip_silent_embeddings", True), ("cpu_embedding_batch", True), ("embed_fewer_windows", True),
+        ("skip_silent_embeddings", True), ("cpu_embedding_batch", True), ("coarser_segmentation_step", True),
+        ("embed_fewer_windows", True),
         ("linear_clustering", True)]
     stock = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=False)
     assert all(not r.applied and r.reason == "DIARIZATION_SPEEDUPS=false" for r in stock.patch_report)
@@ -90,7 +91,8 @@ def test_patch_order_and_declarations_are_fixed():
     assert whisper.index("fast_dtw") < whisper.index("alignment_heads_only") \
         < whisper.index("decoder_attention_at_load")
     assert [p.name for p in PATCHES if p.changes_output] == ["chunk_windows", "alignment_heads_only",
-                                                             "embed_fewer_windows", "linear_clustering"]
+                                                             "coarser_segmentation_step", "embed_fewer_windows",
+                                                             "linear_clustering"]
     diarization = [n for t, n in names if t == "diarization"]
     # the copies leave silent slots NaN, as skip_silent_embeddings does: it is decided first
     assert diarization.index("skip_silent_embeddings") < diarization.index("embed_fewer_windows")
