@@ -7,7 +7,9 @@ their audio and give nearly the same vector. Here only every ``stride``-th windo
 is embedded. A speaker of a window in between takes the embedding of the speaker it *is* in the
 nearest embedded window: the one whose activity over the audio both windows share matches its
 own (intersection over union at least :data:`MIN_IOU`, each the other's best match), provided
-at least :data:`MIN_COVER` of its activity lies in that shared audio. A speaker with no such
+at least :data:`MIN_COVER` of its activity lies in that shared audio (the same person heard
+over the same speech: a speaker embedding characterises the voice, and half of a window's
+speech of one person already gives the vector the other half would). A speaker with no such
 match (someone who starts or stops talking where the windows do not overlap, or a local speaker
 the segmentation tracks differently in the two windows) is embedded from its own window, as
 before. pyannote's clustering then sees an embedding for every active speaker of every window.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_IOU = 0.5
-MIN_COVER = 0.8
+MIN_COVER = 0.5
 
 
 @dataclass

@@ -173,7 +173,7 @@ PATCHES: tuple[Patch, ...] = (
           _coarser_segmentation_step,
           "on recordings over 5 minutes the segmentation window slides by twice the recipe's step"),
     Patch("embed_fewer_windows", "diarization", True, "pyannote.audio 3.3 and 4.x", _embed_fewer_windows,
-          "on recordings over 5 minutes speaker embeddings for every other window only; a speaker of "
+          "on recordings over 5 minutes speaker embeddings for every third window only; a speaker of "
           "a window in between takes the embedding of the same speaker in the nearest embedded one"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
