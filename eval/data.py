@@ -233,11 +233,7 @@ def load_sample(models_dir: Path) -> EvalFile:
         _, _, speaker, start, end, text = parts
         utts.append(Utterance(speaker, float(start), float(end), text, "sample.stm"))
     utts.sort(key=lambda u: (u.start, u.end))
-    turns = []
-    for line in (base / "sample.rttm").read_text().splitlines():
-        f = line.split()
-        if len(f) >= 8 and f[0] == "SPEAKER":
-            turns.append((float(f[3]), round(float(f[3]) + float(f[4]), 3), f[7]))
+    turns = read_rttm(base / "sample.rttm")
     audio = read_wav(base / "sample.wav")
     return EvalFile("sample", str(base / "sample.wav"), len(audio) / SAMPLE_RATE, 2, utts,
                     sorted(turns), "pyannote sample: 2 speakers, telephone, 30 s (STM/RTTM reference)")
@@ -523,13 +519,25 @@ def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callabl
 MEETINGS_DIR = Path(__file__).resolve().parents[2] / "shared" / "real-meetings"
 
 
-def load_meeting(folder: Path) -> EvalFile:
-    """One real meeting clip: AMI's own words (speaker, start, end, word) as the reference, its
-    RTTM turns (``only_words``: a speaker's adjacent words merged) as the oracle turns. The
-    reference words in start order, grouped into utterances of consecutive words of one speaker
-    (so a word's position in its utterance means what it means for the generated dialogues)."""
-    words = sorted(json.loads((folder / "ref.words.json").read_text()),
-                   key=lambda w: (w["start"], w["end"]))
+def read_rttm(path: Path) -> list[tuple[float, float, str]]:
+    """The SPEAKER lines of an RTTM file as (start, end, speaker), in file order."""
+    turns = []
+    for line in Path(path).read_text().splitlines():
+        f = line.split()
+        if len(f) >= 8 and f[0] == "SPEAKER":
+            turns.append((float(f[3]), round(float(f[3]) + float(f[4]), 3), f[7]))
+    return turns
+
+
+def meeting_words(folder: Path) -> list[dict]:
+    """A clip's ref.words.json ({speaker, start, end, word}) in start order."""
+    return sorted(json.loads((Path(folder) / "ref.words.json").read_text()),
+                  key=lambda w: (w["start"], w["end"]))
+
+
+def group_words(words: list[dict], source: str = "ref.words.json") -> list[Utterance]:
+    """Words ({speaker, start, end, word}, in start order) as utterances: consecutive words of one
+    speaker make one."""
     utts: list[Utterance] = []
     for w in words:
         last = utts[-1] if utts else None
@@ -537,12 +545,18 @@ def load_meeting(folder: Path) -> EvalFile:
             utts[-1] = Utterance(last.speaker, last.start, max(last.end, w["end"]),
                                  f"{last.text} {w['word']}", last.source)
         else:
-            utts.append(Utterance(w["speaker"], w["start"], w["end"], w["word"], "ref.words.json"))
-    turns = []
-    for line in (folder / "ref.rttm").read_text().splitlines():
-        f = line.split()
-        if len(f) >= 8 and f[0] == "SPEAKER":
-            turns.append((float(f[3]), round(float(f[3]) + float(f[4]), 3), f[7]))
+            utts.append(Utterance(w["speaker"], w["start"], w["end"], w["word"], source))
+    return utts
+
+
+def load_meeting(folder: Path) -> EvalFile:
+    """One real meeting clip: AMI's own words (speaker, start, end, word) as the reference, its
+    RTTM turns (``only_words``: a speaker's adjacent words merged) as the oracle turns. The
+    reference words in start order, grouped into utterances of consecutive words of one speaker
+    (so a word's position in its utterance means what it means for the generated dialogues)."""
+    words = meeting_words(folder)
+    utts = group_words(words)
+    turns = read_rttm(folder / "ref.rttm")
     info = json.loads((folder / "info.json").read_text())
     audio = read_wav(folder / "audio.wav")
     meeting = info.get("ami", {}).get("meeting", folder.name)

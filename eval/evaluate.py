@@ -4,6 +4,7 @@
 ("oracle") and with the kit's pyannote pipeline, plus DER/JER of the pipeline. Run on demand:
 
     .venv/bin/python eval/evaluate.py --part meetings --models tiny.en,base --mode oracle,oracle4,pipeline
+    .venv/bin/python eval/evaluate.py --part long --mode oracle,pipeline --out eval/results/long
 
 Prints markdown tables (algorithm x file, pooled rows, what each rule changes with --ablate) and
 writes latest.md and latest.json into --out. ASR and diarization outputs are cached under
@@ -32,6 +33,8 @@ import numpy as np  # noqa: E402
 
 from algorithms import Diar, endpoint, label, runners  # noqa: E402
 from data import MEETINGS_DIR, EvalFile, build_dataset, load_meetings, read_wav  # noqa: E402
+from longform import (SOLID_SPEECH_S, block_wder, build_long_recordings,  # noqa: E402
+                      label_summary, returning_speakers, word_labels)
 from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
                      wder_counts, wer_counts)
 from speaker_asr.attribution.speakers import exclusive_turns  # noqa: E402
@@ -45,7 +48,7 @@ MODES = ("oracle", "oracle4", "pipeline")
 MODE_TEXT = {"oracle": "reference turns (exclusive derived, as for pyannote 3.x)",
              "oracle4": "reference turns (exclusive as pyannote 4 hears it)",
              "pipeline": "the kit's diarization"}
-PARTS = ("original", "tuning", "heldout", "meetings")
+PARTS = ("original", "tuning", "heldout", "meetings", "long")
 
 def _git_state() -> str:
     import subprocess
@@ -152,6 +155,8 @@ class Diarizer:
         self.seconds = 0.0
 
     def diarize(self, audio: np.ndarray, num_speakers: Optional[int]) -> dict:
+        """The pipeline's turns and exclusive turns; on audio over 5 minutes its progress is
+        logged (each step, and every tenth of the long ones)."""
         if self._pipe is None:
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
@@ -161,7 +166,17 @@ class Diarizer:
         from speaker_asr.diarization.pipeline import diarize
 
         t = time.perf_counter()
-        d = diarize(self._pipe, audio, num_speakers=num_speakers)
+        shown: set = set()
+
+        def progress(step, artefact, file=None, total=None, completed=None):
+            tenth = (10 * completed // total) if total and completed is not None else None
+            if (step, tenth) not in shown:
+                shown.add((step, tenth))
+                log(f"  diarization: {step}" + (f" {10 * tenth} %" if tenth is not None else "")
+                    + f" ({time.perf_counter() - t:.0f} s)")
+
+        hook = progress if len(audio) > 300 * 16000 else None  # over 5 min at 16 kHz
+        d = diarize(self._pipe, audio, num_speakers=num_speakers, hook=hook)
         dt = time.perf_counter() - t
         self.seconds += dt
         conv = lambda turns: [[t.start, t.end, t.speaker] for t in turns]  # noqa: E731
@@ -170,9 +185,10 @@ class Diarizer:
 
 
 def der(reference: list, hypothesis: list, metric: str = "der",
-        duration: Optional[float] = None) -> Optional[float]:
+        duration: Optional[float] = None, spans: Optional[list] = None) -> Optional[float]:
     """pyannote.metrics DER (``metric="der"``) or JER (``"jer"``), collar 0, overlap scored, over
-    ``[0, duration]`` when given (else the extent of both)."""
+    ``[0, duration]`` when given, or over the (start, end) ``spans`` (the speakers mapped on those
+    alone), else the extent of both."""
     try:
         from pyannote.core import Annotation, Segment, Timeline
         from pyannote.metrics.diarization import DiarizationErrorRate, JaccardErrorRate
@@ -187,7 +203,8 @@ def der(reference: list, hypothesis: list, metric: str = "der",
 
     scorer = DiarizationErrorRate(collar=0.0, skip_overlap=False) if metric == "der" \
         else JaccardErrorRate(collar=0.0, skip_overlap=False)
-    uem = Timeline([Segment(0.0, duration)]) if duration else None
+    uem = Timeline([Segment(s, e) for s, e in spans]) if spans else \
+        Timeline([Segment(0.0, duration)]) if duration else None
     return float(scorer(ann(reference), ann(hypothesis), uem=uem))
 
 
@@ -259,10 +276,10 @@ def score(ref: list[RefToken], hyp: list[HypToken]) -> tuple[dict, object]:
     sp = wder_counts(ref, hyp)
     dropped = sum(1 for t in hyp if t.dropped or t.speaker is None)
     return {"ref_words": len(ref), "hyp_words": len(hyp),
-            "wer_errors": w.errors, "cp_errors": cp.errors, "cp_length": cp.length,
+            "wer_errors": w.errors, "cp_errors": cp and cp.errors, "cp_length": cp and cp.length,
             "spk_errors": sp.errors, "spk_scored": sp.scored,
             "dropped": dropped,
-            "wer": ratio(w.errors, w.length), "cpwer": ratio(cp.errors, cp.length),
+            "wer": ratio(w.errors, w.length), "cpwer": cp and ratio(cp.errors, cp.length),
             "wder": ratio(sp.errors, sp.scored), "dropped_rate": ratio(dropped, len(hyp)),
             "mapping": sp.mapping}, sp
 
@@ -270,7 +287,10 @@ def score(ref: list[RefToken], hyp: list[HypToken]) -> tuple[dict, object]:
 def pool(rows: list[dict]) -> dict:
     s = lambda k: sum(r[k] for r in rows)  # noqa: E731
     return {"ref_words": s("ref_words"), "hyp_words": s("hyp_words"),
-            "wer": ratio(s("wer_errors"), s("ref_words")), "cpwer": ratio(s("cp_errors"), s("cp_length")),
+            "wer": ratio(s("wer_errors"), s("ref_words")),
+            # cpWER where every file has one (meeteval refuses files with over 20 speakers)
+            "cpwer": ratio(s("cp_errors"), s("cp_length")) if all(r["cp_length"] is not None for r in rows)
+            else None,
             "wder": ratio(s("spk_errors"), s("spk_scored")), "dropped_rate": ratio(s("dropped"), s("hyp_words")),
             "spk_errors": s("spk_errors"), "spk_scored": s("spk_scored"), "dropped": s("dropped"),
             "files": len(rows)}
@@ -326,6 +346,124 @@ def changes(ref: list[RefToken], a: tuple, b: tuple) -> dict:
     return {"changed": changed, "fixed": fixed, "broke": broke}
 
 
+# --------------------------------------------------------------------------- long recordings
+
+
+def long_summary(files: list[EvalFile], blocks: dict, diar_out: dict, der_rows: list[dict],
+                 rows: list[dict], words: dict, models: list[str]) -> dict:
+    """--part long: per recording and model the speakers, DER/JER, WER and WDER, and the
+    returning speakers (eval/longform.py's :func:`returning_speakers`, on the pipeline's turns
+    mapped by :func:`best_speaker_map`, and on ours' words); DER and ours' WDER over the return
+    blocks alone. ``words``: (model, file) -> {"labels": longform.word_labels' counts,
+    "return_wder": longform.block_wder's counts}, from the pipeline mode."""
+    recordings, speakers = [], []
+    for f in files:
+        d = diar_out.get(f.id)
+        dr = next((r for r in der_rows if r["file"] == f.id), {})
+        mapping = best_speaker_map(list(f.turns), d["turns"]) if d else {}
+        spans = [(b.start, b.end) for b in blocks[f.id] if b.role == "return"]
+        for m in models:
+            mine = {(r["mode"], r["algorithm"]): r for r in rows if r["model"] == m and r["file"] == f.id}
+            mine_words = words.get((m, f.id), {})
+            returning = returning_speakers(f, blocks[f.id], d["turns"], mapping, mine_words.get("labels")) \
+                if d else []
+            for r in returning:
+                r["model"] = m
+            speakers += returning
+            designed = [r for r in returning if r["role"] == "return"]
+            filler = [r for r in returning if r["role"] != "return"]
+            wder = {f"{mode}/{alg}": {"wder": r["wder"], "errors": r["spk_errors"], "scored": r["spk_scored"]}
+                    for (mode, alg), r in mine.items() if alg in ("ours", "anchor")}
+            recordings.append({
+                "file": f.id, "model": m, "minutes": f.duration / 60,
+                "blocks": len(blocks[f.id]), "filler_blocks": sum(b.role == "filler" for b in blocks[f.id]),
+                "ref_speakers": len({t[2] for t in f.turns}), "speakers_found": dr.get("speakers"),
+                "der": dr.get("der"), "jer": dr.get("jer"),
+                "return_der": der(list(f.turns), d["turns"], spans=spans) if d else None,
+                "return_wder": mine_words.get("return_wder"),
+                "wer": next(iter(mine.values()))["wer"] if mine else None, "wder": wder,
+                "returning": len(designed), "kept": sum(bool(r["kept"]) for r in designed),
+                "theirs": sum(bool(r["theirs"]) for r in designed),
+                "kept_words": sum(bool(r["kept_words"]) for r in designed),
+                "solid": sum(r["min_speech_s"] >= SOLID_SPEECH_S for r in designed),
+                "solid_kept": sum(bool(r["kept"]) for r in designed if r["min_speech_s"] >= SOLID_SPEECH_S),
+                "filler_speakers": len(filler), "filler_kept": sum(bool(r["kept"]) for r in filler)})
+    return {"recordings": recordings, "speakers": speakers}
+
+
+def _yes(x) -> str:
+    return "n/a" if x is None else "**yes**" if x else "no"
+
+
+def render_long(long: dict) -> list[str]:
+    lines = ["## Long recordings: does a speaker keep one label? (part long)", "",
+             "Each appearance of a speaker (a block of the recording where they have reference "
+             "turns) gets the pipeline's label that covers most of their speech there (speech "
+             "where no other reference speaker talks, when there is 0.3 s of it); a speaker "
+             "**kept** their label when every appearance got the same one; **theirs** when the "
+             "best one-to-one mapping of labels to reference speakers (speaking time, the whole "
+             "recording) maps that label to them. The same on ours' words: the hypothesis "
+             "speaker most of their aligned reference words got in each appearance. DER and JER: "
+             "pyannote.metrics, collar 0, overlap scored, the whole recording. WDER: ours "
+             "(errors / words scored). Most of a recording is filler (the same few clips again "
+             "and again); the return blocks columns score the return blocks alone (DER: the "
+             "speakers mapped on them alone; WDER: the whole recording's mapping).", "",
+             "| recording | min | blocks (filler) | speakers true / found | DER | JER | model | WER "
+             "| WDER ours | WDER anchor | WDER ours, reference turns | return blocks: DER "
+             "| return blocks: WDER ours | return speakers kept "
+             "| kept, >= 2 s each | kept in words | filler speakers kept |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def w(rec, key):
+        x = rec["wder"].get(key)
+        return "n/a" if not x or x["wder"] is None else f"{pct2(x['wder'])} ({x['errors']}/{x['scored']})"
+
+    def rw(x):
+        return "n/a" if not x or not x[1] else f"{pct2(x[0] / x[1])} ({x[0]}/{x[1]})"
+
+    for r in long["recordings"]:
+        lines.append(
+            f"| {r['file']} | {r['minutes']:.1f} | {r['blocks']} ({r['filler_blocks']}) "
+            f"| {r['ref_speakers']} / {r['speakers_found'] if r['speakers_found'] is not None else 'n/a'} "
+            f"| {pct(r['der'])} | {pct(r['jer'])} | {r['model']} | {pct(r['wer'])} "
+            f"| {w(r, 'pipeline/ours')} | {w(r, 'pipeline/anchor')} | {w(r, 'oracle/ours')} "
+            f"| {pct(r['return_der'])} | {rw(r['return_wder'])} "
+            f"| {r['kept']} of {r['returning']} (theirs {r['theirs']}) | {r['solid_kept']} of {r['solid']} "
+            f"| {r['kept_words']} of {r['returning']} | {r['filler_kept']} of {r['filler_speakers']} |")
+    lines.append("")
+
+    def apps_text(apps):
+        if len(apps) <= 4:
+            return ", ".join(f"{a['start_min']:.1f} ({a['unit']}, {a['speech_s']:.1f} s)" for a in apps)
+        return (f"{len(apps)} x, {min(a['speech_s'] for a in apps):.1f}-"
+                f"{max(a['speech_s'] for a in apps):.1f} s each")
+
+    def labels_text(apps):
+        if len(apps) <= 4:
+            return ", ".join("none" if a["label"] is None else
+                             f"{a['label']} ({100 * a['share']:.0f} %, = {a['mapped'] or '-'})" for a in apps)
+        return label_summary(apps)
+
+    for role, title in (("return", "Returning speakers: the same people with other utterances, 20+ min later"),
+                        ("filler", "Filler speakers: the same clips again and again")):
+        sel = [r for r in long["speakers"] if (r["role"] == "return") == (role == "return")]
+        if not sel:
+            continue
+        lines += [f"### {title}", "",
+                  "| recording | model | speaker | returns with | appearances: start min (block, speech) "
+                  "| longest gap min | label per appearance (share, mapped to) | kept | theirs "
+                  "| words: label per appearance | kept in words |",
+                  "|---|---|---|---|---|---:|---|---|---|---|---|"]
+        for r in sel:
+            lines.append(
+                f"| {r['file']} | {r['model']} | {r['speaker']} | {r['returns_with']} "
+                f"| {apps_text(r['appearances'])} | {r['longest_gap_min']:.1f} "
+                f"| {labels_text(r['appearances'])} | {_yes(r['kept'])} | {_yes(r['theirs'])} "
+                f"| {label_summary(r['appearances'], 'word_label')} | {_yes(r['kept_words'])} |")
+        lines.append("")
+    return lines
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -357,7 +495,11 @@ def render(result: dict) -> str:
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
              "correct/substituted whose speaker is wrong after the best speaker mapping (errors / "
              "words scored in the last column); dropped = ASR words left without a speaker. "
-             "Every algorithm gets the same words and the same turns.", ""]
+             "Every algorithm gets the same words and the same turns."
+             + (" cpWER n/a: a file has more than 20 speakers, which meeteval refuses to score."
+                if any(r["cpwer"] is None and r["ref_words"] for r in result["rows"]) else ""), ""]
+    if result.get("long"):
+        lines += render_long(result["long"])
     lines += ["## Pooled over files", "",
               "| model | turns | algorithm | WER | cpWER | WDER | dropped | speaker errors | vs anchor |",
               "|---|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -416,7 +558,10 @@ def render(result: dict) -> str:
                          + (", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"))
     lines.append("")
     errs = [e for d in result["diagnostics"].values() for e in d["errors"]]
-    if errs:
+    if errs and meta["part"] == "long":
+        lines += [f"Our {len(errs)} word-level speaker errors with reference turns are in latest.json "
+                  "(diagnostics).", ""]
+    elif errs:
         lines += ["## Our word-level speaker errors with reference turns", "",
                   "| model | turns | file | word (ref) | word time | utterance (pos) | ref spk | "
                   "own-turn coverage | cause | anchor right |", "|---|---|---|---|---|---|---|---:|---|---|"]
@@ -457,21 +602,27 @@ def diarizations(f: EvalFile, mode: str, d: Optional[dict]) -> Diar:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny.en,base",
-                    help="comma list: tiny.en, base, or Whisper folders (default tiny.en,base)")
+    ap.add_argument("--models", default=None,
+                    help="comma list: tiny.en, base, or Whisper folders (default tiny.en,base; "
+                         "tiny.en for --part long)")
     ap.add_argument("--mode", default="oracle,pipeline",
                     help=f"comma list of {', '.join(MODES)} (default oracle,pipeline)")
     ap.add_argument("--part", default="original", choices=PARTS,
                     help="original: the sample + d1-d5; tuning: the sample + generated dialogues to "
                          "choose rules on; heldout: generated dialogues never tuned on "
-                         "(eval/generate.py); meetings: the real AMI clips (--meetings-dir)")
+                         "(eval/generate.py); meetings: the real AMI clips (--meetings-dir); long: "
+                         "30-45 min recordings of that real speech where speakers come back after "
+                         "20+ min (eval/longform.py)")
     ap.add_argument("--count", type=int, default=12, help="generated dialogues per part")
     ap.add_argument("--meetings-dir", type=Path, default=MEETINGS_DIR,
-                    help=f"real meeting clips for --part meetings (default {MEETINGS_DIR})")
+                    help=f"real meeting clips for --part meetings and long (default {MEETINGS_DIR})")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="--part long: shorter recordings of the same structure, at most about this "
+                         "long (a smoke run; default: full length, 32 and 45 min)")
     ap.add_argument("--files", default="all", help="comma list of file ids, or all")
     ap.add_argument("--num-speakers", choices=("known", "unknown"), default=None,
                     help="give the pipeline the true speaker count (default: known for the "
-                         "generated parts, unknown for meetings, as a user calls the endpoint)")
+                         "generated parts, unknown for meetings and long, as a user calls the endpoint)")
     ap.add_argument("--before", metavar="REV", default=None,
                     help="add the attribution of git revision REV as algorithm 'before'")
     ap.add_argument("--ablate", action="store_true",
@@ -497,6 +648,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
+    if args.max_minutes is not None and args.part != "long":
+        ap.error("--max-minutes is for --part long")
+    if args.models is None:
+        args.models = "tiny.en" if args.part == "long" else "tiny.en,base"
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     bad = [m for m in modes if m not in MODES]
@@ -506,7 +661,7 @@ def main(argv=None) -> int:
     for m in models:
         if not (model_path(models_dir, m) / "config.json").is_file():
             ap.error(f"no Whisper model {m!r} at {model_path(models_dir, m)}")
-    known_count = (args.num_speakers or ("unknown" if args.part == "meetings" else "known")) == "known"
+    known_count = (args.num_speakers or ("unknown" if args.part in ("meetings", "long") else "known")) == "known"
     if args.threads:
         import torch
 
@@ -515,8 +670,12 @@ def main(argv=None) -> int:
     algs = runners(args.before, args.ablate)
 
     # data (LibriVox cuts need Whisper base word timestamps; built once, then cached)
+    blocks: dict = {}
     if args.part == "meetings":
         files = load_meetings(args.meetings_dir)
+    elif args.part == "long":
+        files, blocks = build_long_recordings(args.meetings_dir, models_dir, args.cache_dir,
+                                              args.max_minutes, rebuild=args.rebuild_data, log=log)
     else:
         base_asr: dict[str, Asr] = {}
 
@@ -594,6 +753,7 @@ def main(argv=None) -> int:
     refs = {f.id: reference_tokens(f) for f in files}
     rows, pooled, rules = [], [], []
     diagnostics: dict[str, dict] = {}
+    long_words: dict[tuple[str, str], dict] = {}  # --part long, pipeline: (model, file) -> ours' words
     for m in models:
         diag = {"errors": [], "causes": {}, "parity": {}}
         for mode in modes:
@@ -615,6 +775,10 @@ def main(argv=None) -> int:
                     rows.append(row)
                     per_alg[alg].append(row)
                 outputs_by_file[f.id] = outputs
+                if blocks and mode == "pipeline":
+                    long_words[(m, f.id)] = {
+                        "labels": word_labels(f, blocks[f.id], refs[f.id], *outputs["ours"]),
+                        "return_wder": block_wder(f, blocks[f.id], refs[f.id], outputs["ours"][1])}
                 # ours must give every word the speaker the endpoint's build_response gives it
                 he = endpoint(chunks, words, diar, f.duration)
                 hd = outputs["ours"][0]
@@ -682,10 +846,12 @@ def main(argv=None) -> int:
                    "description": f.description} for f in files],
         "pooled": pooled, "rules": rules, "rows": rows, "der": der_rows,
         "diagnostics": diagnostics,
+        "long": long_summary(files, blocks, diar_out, der_rows, rows, long_words, models) if blocks else None,
         "asr": {f"{m}/{fid}": {"text": r["text"], "seconds": r.get("seconds"), "words": r["words"]}
                 for (m, fid), r in asr_out.items()},
         "diarization": diar_out,
         "references": {f.id: [asdict(u) for u in f.utterances] for f in files},
+        "blocks": {k: [asdict(b) for b in v] for k, v in blocks.items()},
     }
     md = render(result)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ Definitions (per file; pooled numbers sum errors and lengths over files, i.e. mi
             against the reference text (utterances in start-time order).
 * cpWER  -- meeteval's concatenated minimum-permutation WER: the output grouped per hypothesis
             speaker against the reference grouped per reference speaker, best speaker mapping.
-            Words left without a speaker form their own hypothesis stream.
+            Words left without a speaker form their own hypothesis stream. Not computed (None)
+            beyond 20 speakers on either side, which meeteval refuses.
 * WDER   -- word diarization error rate (Shafey et al. 2019): reference words aligned (jiwer) to
             a hypothesis word as correct or substituted, whose hypothesis speaker differs from
             the reference speaker after the best one-to-one speaker mapping (Hungarian on the
@@ -107,7 +108,13 @@ def wer_counts(ref: Sequence[str], hyp: Sequence[str]) -> WerCounts:
                      o.deletions, o.insertions)
 
 
-def cpwer_counts(ref: Sequence[RefToken], hyp: Sequence[HypToken]) -> WerCounts:
+# meeteval refuses cpWER with more speakers than this on either side (docs: num_speaker_limits.md)
+CPWER_MAX_SPEAKERS = 20
+
+
+def cpwer_counts(ref: Sequence[RefToken], hyp: Sequence[HypToken]) -> Optional[WerCounts]:
+    """meeteval's cpWER counts; None when either side has more than ``CPWER_MAX_SPEAKERS``
+    speakers (meeteval refuses those: the long recordings of ``--part long``)."""
     from meeteval.wer import cp_word_error_rate
 
     refs: dict[str, list[str]] = {}
@@ -117,6 +124,8 @@ def cpwer_counts(ref: Sequence[RefToken], hyp: Sequence[HypToken]) -> WerCounts:
     for t in hyp:
         if not t.dropped:
             hyps.setdefault("<none>" if t.speaker is None else t.speaker, []).append(t.text)
+    if max(len(refs), len(hyps)) > CPWER_MAX_SPEAKERS:
+        return None
     er = cp_word_error_rate({k: " ".join(v) for k, v in refs.items()},
                             {k: " ".join(v) for k, v in hyps.items()},
                             reference_sort=False, hypothesis_sort=False)

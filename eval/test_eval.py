@@ -1,4 +1,5 @@
-"""Checks of the evaluation's scoring and baseline code (pure Python, no models, < 1 s):
+"""Checks of the evaluation's scoring and baseline code (pure Python, no models, < 1 s), and a
+smoke run of ``--part long`` on the tiny stand-in kit (random models, about 30 s):
 
     .venv/bin/python -m pytest eval/test_eval.py -q
 """
@@ -143,3 +144,109 @@ def test_der_and_jer_score_diarization_on_hand_made_turns():
     # one speaker for everything: half the speech on the wrong speaker
     assert abs(der(ref, [(0.0, 4.0, "x")]) - 0.5) < 1e-9
     assert der(ref, [(0.0, 4.0, "x")], "jer") > 0.4
+
+
+def test_returning_speakers_kept_means_one_label_in_every_appearance():
+    """An appearance's label is the hypothesis label covering most of the speaker's speech in
+    that block where nobody else talks; kept = the same label in every appearance; theirs = the
+    mapping gives that label to them; the gap runs from the end of their speech in one appearance
+    to its start in the next."""
+    from data import EvalFile
+    from longform import Block, returning_speakers
+
+    blocks = [Block(0, "u1", "return", 0.0, 60.0, 0.0), Block(1, "f", "filler", 61.0, 1300.0, 0.0),
+              Block(2, "u2", "return", 1301.0, 1400.0, 0.0)]
+    turns = [(1.0, 20.0, "A"), (5.0, 25.0, "B"), (70.0, 1290.0, "C"), (1310.0, 1330.0, "A"),
+             (1340.0, 1350.0, "B")]
+    f = EvalFile("x", "x.wav", 1400.0, 3, [], turns)
+    # A: x in both (in block 0 the overlap with B, labelled y, is not A's clear speech); B: y, then x
+    hyp = [(1.0, 5.0, "x"), (5.0, 25.0, "y"), (70.0, 1290.0, "z"), (1310.0, 1330.0, "x"),
+           (1340.0, 1350.0, "x")]
+    rows = {r["speaker"]: r for r in returning_speakers(f, blocks, hyp, {"x": "A", "y": "B", "z": "C"})}
+    assert set(rows) == {"A", "B"}  # C has one appearance
+    a, b = rows["A"], rows["B"]
+    assert [x["label"] for x in a["appearances"]] == ["x", "x"] and a["kept"] and a["theirs"]
+    assert a["appearances"][0]["share"] == 1.0 and a["appearances"][0]["speech_s"] == 19.0
+    assert abs(a["longest_gap_min"] - (1310.0 - 20.0) / 60) < 1e-9
+    assert a["returns_with"] == "other utterances" and a["role"] == "return"
+    assert [x["label"] for x in b["appearances"]] == ["y", "x"] and not b["kept"] and not b["theirs"]
+    assert [x["mapped"] for x in b["appearances"]] == ["B", "A"]
+
+
+def test_long_part_smoke(tmp_path):
+    """``evaluate.py --part long`` on the tiny stand-in kit at 1 minute: both recordings built
+    (the meeting clips the recipe names made from the kit's stand-in clip, speakers shared within
+    an AMI series as EN2001a/e share theirs), ASR, diarization, scoring, and the tables with the
+    returning speakers and their kept column. Random models: the numbers mean nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from longform import UNITS
+    from speaker_asr.testing.kit import (MAX_LENGTH, folder_module_pipeline, write_librivox,
+                                         write_meeting, write_sample)
+    from speaker_asr.testing.tiny_models import build_whisper
+
+    root = Path(__file__).resolve().parent.parent
+    kit = tmp_path / "kit"
+    build_whisper(kit / "whisper-tiny.en", multilingual=False, seed=3, max_length=MAX_LENGTH)
+    folder_module_pipeline(kit / "pyannote-campp-3.1")
+    (kit / "audio").mkdir()
+    write_sample(kit / "audio")
+    write_librivox(kit / "audio" / "librivox")
+    standin = tmp_path / "standin"
+    write_meeting(standin, kit / "audio")
+    for meeting in sorted({u["meeting"] for u in UNITS.values() if "meeting" in u}):
+        clip = tmp_path / "meetings" / meeting
+        clip.mkdir(parents=True)
+        (clip / "audio.wav").write_bytes((standin / "audio.wav").read_bytes())
+        series = lambda name: f"{meeting[:6]}-{name}"  # noqa: E731
+        words = json.loads((standin / "ref.words.json").read_text())
+        (clip / "ref.words.json").write_text(json.dumps([dict(w, speaker=series(w["speaker"])) for w in words]))
+        rttm = [line.split() for line in (standin / "ref.rttm").read_text().splitlines()]
+        (clip / "ref.rttm").write_text("".join(" ".join(f[:7] + [series(f[7])] + f[8:]) + "\n" for f in rttm))
+        (clip / "info.json").write_text(json.dumps({"ami": {"meeting": meeting}}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH")))),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "eval/evaluate.py", "--part", "long", "--max-minutes", "1",
+                           "--models-dir", str(kit), "--meetings-dir", str(tmp_path / "meetings"),
+                           "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--threads", "1"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = proc.stdout
+
+    def table(header: str) -> list[list[str]]:
+        lines = text.splitlines()
+        assert header in lines, text[-3000:]
+        rows = []
+        for line in lines[lines.index(header) + 2:]:
+            if not line.startswith("|"):
+                break
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+        return rows
+
+    summary = table("| recording | min | blocks (filler) | speakers true / found | DER | JER | model | WER "
+                    "| WDER ours | WDER anchor | WDER ours, reference turns | return blocks: DER "
+                    "| return blocks: WDER ours | return speakers kept "
+                    "| kept, >= 2 s each | kept in words | filler speakers kept |")
+    assert [(r[0], r[6]) for r in summary] == [("long32", "tiny.en"), ("long45", "tiny.en")]
+    assert all(float(r[1]) <= 1.5 for r in summary), summary
+    header = ("| recording | model | speaker | returns with | appearances: start min (block, speech) "
+              "| longest gap min | label per appearance (share, mapped to) | kept | theirs "
+              "| words: label per appearance | kept in words |")
+    returning = table(header)
+    speakers = {(r[0], r[2]) for r in returning}
+    assert {("long32", "EN2001-Diane"), ("long32", "Diane"), ("long45", "EN2006-Diane"),
+            ("long45", "LibriVox-reader")} <= speakers, speakers
+    assert all(r[3] == "other utterances" and r[7] in ("**yes**", "no") for r in returning), returning
+    assert all("EN2001a" in r[4] and "EN2001e" in r[4] for r in returning if r[2].startswith("EN2001")), returning
+    result = json.loads((out / "latest.json").read_text())
+    assert {r["file"] for r in result["long"]["recordings"]} == {"long32", "long45"}
+    assert (out / "latest.md").read_text().startswith("# Speaker-attribution evaluation")
+    built = next((tmp_path / "cache" / "data").glob("long-*"))
+    assert (built / "long32.rttm").read_text().startswith("SPEAKER long32 1 ")
+    assert json.loads((built / "long45.words.json").read_text())[0]["speaker"].startswith("EN2006-")
