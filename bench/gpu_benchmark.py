@@ -40,6 +40,7 @@ installs it), or ``PYTHONPATH=$PWD`` where it is not installed (the GPU machine:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -478,6 +479,28 @@ def sec_pyannote(args, device, budget) -> dict:
         t, _ = timed(lambda: pipe(file), device, warmup=0, iters=1)
         out["skip_silent_emb32_seg32"] = {"s": t, "rtf": t / seconds}
         log(f"pyannote skip-silent emb 32 seg 32: {t:.2f} s (RTF {t / seconds:.4f})")
+    # the endpoint's whole set (patch registry: over 5 minutes a 2-s segmentation step and every
+    # third window embedded, linear clustering), at batch 32, in float32 and under float16 autocast
+    # (segmentation and embeddings in half precision): the GPU settings for long recordings
+    from speaker_asr.patches import registry
+
+    if budget.left() >= 40:
+        fresh = Pipeline.from_pretrained(str(folder))
+        fresh.to(device)
+        report = registry.install("diarization", fresh, True, device=device)
+        out["endpoint_patches"] = registry.describe(report)
+        fresh.embedding_batch_size, fresh.segmentation_batch_size = 32, 32
+        turns = {}
+        for name, half in (("endpoint_emb32_seg32", False), ("endpoint_fp16_emb32_seg32", True)):
+            context = torch.autocast(device.type, dtype=torch.float16) if half and device.type == "cuda" \
+                else contextlib.nullcontext()
+            with context:
+                t, result = timed(lambda: fresh(file), device, warmup=0, iters=1)
+            annotation = getattr(result, "speaker_diarization", result)
+            turns[name] = [(round(s.start, 2), round(s.end, 2), k) for s, _, k in annotation.itertracks(yield_label=True)]
+            out[name] = {"s": t, "rtf": t / seconds}
+            log(f"pyannote {name}: {t:.2f} s (RTF {t / seconds:.4f})")
+        out["endpoint_fp16_same_turns"] = turns["endpoint_emb32_seg32"] == turns["endpoint_fp16_emb32_seg32"]
     return out
 
 
@@ -636,6 +659,11 @@ def markdown(doc: dict) -> str:
             if k.startswith("emb") and isinstance(v, dict):
                 e, sg = k[3:].split("_seg")
                 L.append(f"| {e} | {sg} | {v['s']:.2f} | {v['rtf']:.4f} | {fmt(v.get('max_memory_gib'))} |")
+            elif k.startswith(("skip_silent", "endpoint_")) and isinstance(v, dict):
+                L.append(f"| {k} | 32 | {v['s']:.2f} | {v['rtf']:.4f} | |")
+        if "endpoint_fp16_same_turns" in py:
+            L.append(f"\nendpoint's patches: {py.get('endpoint_patches')}; float16 autocast gives the same "
+                     f"turns as float32: {py['endpoint_fp16_same_turns']}")
         L.append("")
     if doc.get("errors"):
         L += ["errors:", "```", json.dumps(doc["errors"], indent=1)[:3000], "```"]
@@ -683,7 +711,8 @@ def main() -> None:
         args.tokens = args.tokens or 128
         args.batch_sizes = [int(b) for b in (args.batch_sizes or "8,16,24").split(",")]
         args.iters = args.iters or 3
-        args.pyannote_seconds = args.pyannote_seconds or (600.0 if args.full else 300.0)
+        # over 5 minutes: the endpoint's long-recording settings apply
+        args.pyannote_seconds = args.pyannote_seconds or 600.0
         args.pyannote_batches = [(32, 32), (1, 32), (8, 32), (64, 32), (128, 32), (32, 1), (32, 128)] \
             if args.full else [(32, 32), (8, 32)]
     if args.full and args.sections == "endpoint,pyannote":
