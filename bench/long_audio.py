@@ -48,8 +48,8 @@ from typing import Any, Optional
 import numpy as np
 
 from common import REAL, RESULTS, ROOT, SR, loadavg, machine, setup_env
-from speaker_asr.testing.long_audio import (REAL_ASR, REAL_PIPELINE, model_settings, resolve_models,
-                                            run_measured, write_long_audio)
+from speaker_asr.testing.long_audio import (REAL_ASR, REAL_PIPELINE, add_child_arguments, model_settings,
+                                            parse_minutes, resolve_models, run_measured, write_long_audio)
 from speaker_asr.testing.memory import RssSampler, cap_address_space, max_rss_mb, rss_mb
 
 DIARIZATION_STAGES = ("segmentation", "embeddings", "clustering", "reconstruction")
@@ -350,17 +350,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="the audio files (deleted after each run) and each run's JSON")
     parser.add_argument("--json", type=Path, help="the results (default bench/results/long_audio-<time>.json; "
                                                   "the table goes beside it as .md)")
-    # the measured subprocess
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--audio", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_child_arguments(parser)  # the measured subprocess
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.child:
         return child(args)
-    minutes = [float(m) for m in args.minutes.split(",") if m.strip()]
-    if not minutes or any(not 0 < m <= 240 for m in minutes):
-        parser.error("--minutes: lengths between 0 and 240")
+    minutes = parse_minutes(parser, args.minutes)
     models = resolve_models(args.models, REAL)
     started = datetime.now(timezone.utc)
     load_start = loadavg()[0]

@@ -39,7 +39,8 @@ from typing import Any, Optional
 import numpy as np
 
 from _common import REAL, REAL_AUDIO, ROOT, SR, finish
-from speaker_asr.testing.long_audio import model_settings, resolve_models, run_measured, write_long_audio
+from speaker_asr.testing.long_audio import (add_child_arguments, model_settings, parse_minutes, resolve_models,
+                                             run_measured, write_long_audio)
 from speaker_asr.testing.memory import RssSampler, cap_address_space, max_rss_mb, rss_mb
 
 
@@ -171,16 +172,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="a request parameter, e.g. batch_size=4 (repeatable)")
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "asr-reliability")
     parser.add_argument("--json", help="write the results here")
-    # the measured subprocess
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--audio", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_child_arguments(parser)  # the measured subprocess
     args = parser.parse_args(argv)
     if args.child:
         return child(args)
-    minutes = [float(m) for m in args.minutes.split(",") if m.strip()]
-    if not minutes or any(not 0 < m <= 240 for m in minutes):
-        parser.error("--minutes: lengths between 0 and 240")
+    minutes = parse_minutes(parser, args.minutes)
     models = resolve_models(args.models, REAL)
     results = []
     for m in minutes:

@@ -151,3 +151,20 @@ def run_measured(cmd: Sequence[str], out: Path, limit_s: float, cwd: Optional[Pa
             result["error"] = (f"{result['error']} (after {result.get('wall_s', 0):.0f} s, peak RSS "
                                f"{result.get('peak_rss_mb', 0):.0f} MB)")
     return result
+
+
+def add_child_arguments(parser) -> None:
+    """The hidden options with which a long-audio script runs itself as the measured subprocess."""
+    import argparse
+
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--audio", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+
+
+def parse_minutes(parser, text: str) -> list[float]:
+    """``--minutes``: comma-separated audio lengths, each in (0, 240] (MAX_AUDIO_SECONDS's 4 h)."""
+    minutes = [float(m) for m in text.split(",") if m.strip()]
+    if not minutes or any(not 0 < m <= 240 for m in minutes):
+        parser.error("--minutes: lengths between 0 and 240")
+    return minutes
