@@ -126,6 +126,9 @@ def test_four_hours_of_windows_cluster_into_their_voices():
 
 def test_vbx_seeding_runs_blockwise_only_inside_a_patched_step(monkeypatch):
     from pyannote.audio.pipelines import clustering as module
+
+    if not hasattr(module, "VBxClustering"):
+        pytest.skip("pyannote.audio 3.3 has no VBx clustering (community-1 needs 4.x)")
     from speaker_asr.patches.diarization import linear_clustering
 
     class Plda:  # the PLDA's shape only: identity transform, unit within-class variance
