@@ -50,14 +50,18 @@ def resample(audio: np.ndarray, orig_sr: int, target_sr: int = SAMPLE_RATE) -> n
 
 
 def _finish(audio: np.ndarray, sr: int) -> np.ndarray:
+    """Mono, finite, 16 kHz, within [-1, 1]; works in place on ``audio`` (the decoder's own
+    buffer), so a long recording is held once more at most while it is downmixed or resampled."""
     if audio.ndim == 2:
-        audio = audio.mean(axis=1) if audio.shape[1] > 1 else audio[:, 0]
-    audio = np.nan_to_num(audio.astype(np.float32, copy=False), nan=0.0, posinf=0.0, neginf=0.0)
+        audio = audio.mean(axis=1, dtype=np.float32) if audio.shape[1] > 1 else audio[:, 0]
+    audio = audio.astype(np.float32, copy=False)
+    for start in range(0, len(audio), 1 << 20):  # in place, a piece at a time: numpy's temporaries stay small
+        np.nan_to_num(audio[start:start + (1 << 20)], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     audio = resample(audio, sr)
     # float WAVs may hold values far outside [-1, 1]; keep the waveform in range
-    peak = float(np.max(np.abs(audio))) if audio.size else 0.0
+    peak = max(float(audio.max()), -float(audio.min())) if audio.size else 0.0
     if peak > 1.0:
-        audio = audio / peak
+        audio /= peak
     return np.ascontiguousarray(audio, dtype=np.float32)
 
 
@@ -74,20 +78,27 @@ def _decode_soundfile(data: bytes, max_duration_s: Optional[float]) -> Optional[
             if max_duration_s is not None and frames > 0 and frames / sr > max_duration_s:
                 raise AudioDecodeError(
                     f"audio is {frames / sr:.1f} s long; the limit is {max_duration_s:.0f} s")
-            # never trust the header for allocation: read block by block until the data ends
-            blocks, total = [], 0
+            # read block by block into one buffer, held once: sized from the header but never past
+            # the duration limit (or 10 minutes without one), grown while the data goes on
             limit = None if max_duration_s is None else int(math.ceil(max_duration_s * sr)) + 1
+            capacity = max(frames, 0)
+            capacity = min(capacity, limit if limit is not None else sr * 600)
+            audio = np.empty((max(capacity, sr), f.channels), dtype=np.float32)
+            total = 0
             for block in f.blocks(blocksize=sr * 30, dtype="float32", always_2d=True):
-                blocks.append(block)
-                total += len(block)
-                if limit is not None and total > limit:
+                if limit is not None and total + len(block) > limit:
                     raise AudioDecodeError(f"audio is longer than the limit of {max_duration_s:.0f} s")
+                if total + len(block) > len(audio):
+                    grown = np.empty((max(2 * len(audio), total + len(block)), f.channels), dtype=np.float32)
+                    grown[:total] = audio[:total]
+                    audio = grown
+                audio[total:total + len(block)] = block
+                total += len(block)
     except AudioDecodeError:
         raise
     except Exception:  # libsndfile refused the format or the data is damaged: try ffmpeg
         return None
-    audio = np.concatenate(blocks) if blocks else np.zeros((0, 1), np.float32)
-    return _finish(audio, sr)
+    return _finish(audio[:total], sr)
 
 
 def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
