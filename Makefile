@@ -71,9 +71,10 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow and not heavy and not real"
 
 # the smoke runs that take a minute or more each (profile_cpu.py, gpu_benchmark.py --smoke,
-# word_timestamp_memory.py, reliability/run_all.py and through it the other reliability scripts)
+# word_timestamp_memory.py, clustering_bench.py, long_audio.py, reliability/run_all.py and through it
+# the other reliability scripts, eval's long part)
 test-scripts: $(VENV)/.installed
-	$(PY) -m pytest -q -m heavy tests/scripts
+	$(PY) -m pytest -q -m heavy tests/scripts eval/test_eval.py
 
 # what CI runs: test and test-scripts, the handler again under transformers 4.51, then the default
 # Endpoints image emulated (where ../shared has the toolkit), then the real-model checks (where

@@ -4,6 +4,8 @@ smoke run of ``--part long`` on the tiny stand-in kit (random models, about 30 s
     .venv/bin/python -m pytest eval/test_eval.py -q
 """
 
+import pytest
+
 from speaker_asr.attribution.speakers import exclusive_turns
 from speaker_asr.types import Turn
 from algorithms import Diar, hf_original, max_overlap, runners  # noqa: E402
@@ -173,6 +175,7 @@ def test_returning_speakers_kept_means_one_label_in_every_appearance():
     assert [x["mapped"] for x in b["appearances"]] == ["B", "A"]
 
 
+@pytest.mark.heavy  # make test-scripts: 16 s on a quiet machine, 80-90 s on a busy one
 def test_long_part_smoke(tmp_path):
     """``evaluate.py --part long`` on the tiny stand-in kit at 1 minute: both recordings built
     (the meeting clips the recipe names made from the kit's stand-in clip, speakers shared within

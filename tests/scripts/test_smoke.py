@@ -138,6 +138,7 @@ def test_diarization_bench(env):
     assert [r[-1] for r in rows] == ["True", "True"], out  # the speed fixes keep pyannote's turns
 
 
+@heavy
 def test_clustering_bench(env):
     """The loaded pipeline's clustering against pyannote's on the windows of 0.05 and 0.2 hours
     (the limit lowered through the patch module is not reachable from here: both run
@@ -151,6 +152,7 @@ def test_clustering_bench(env):
     assert rows[2][6:] == rows[3][6:], out
 
 
+@heavy
 def test_long_audio_per_stage(env, tmp_path):
     """A minute of the stand-in kit's speech in a process of its own: every stage has a time and a
     peak, the row a total, an RTF and the memory columns; the growth row is there (a dash with one
