@@ -83,7 +83,13 @@ class ModelSettings(BaseSettings):
     diarization_speedups: bool = Field(
         True, description="pyannote speed fixes (speaker_asr/patches/diarization.py): no speaker embedding for "
                           "a window's silent speaker slots; on CPU one window per embedding batch; "
-                          "false runs pyannote's own settings")
+                          "long recordings: see DIARIZATION_LONG_AFTER_S, and the clustering in linear "
+                          "time and memory; false runs pyannote's own settings")
+    diarization_long_after_s: float = Field(
+        300.0, ge=0, description="recordings longer than this (seconds) are diarized with a 2-s "
+                                 "segmentation step and every third window's speakers embedded, about "
+                                 "three times faster (speaker_asr/patches/diarization.py); set it to "
+                                 "MAX_AUDIO_SECONDS or more to keep the recipe's 1-s step at every length")
     speaker_match_threshold: float = Field(
         DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,
         description="default voice similarity (cosine) for naming a speaker after a reference clip")

@@ -43,7 +43,8 @@ class EndpointHandler:
             self.diarization = load_diarization_pipeline(
                 self.settings.diarization_model, self.settings.token(), self.device,
                 telemetry=self.settings.diarization_telemetry,
-                speedups=self.settings.diarization_speedups)
+                speedups=self.settings.diarization_speedups,
+                long_after_s=self.settings.diarization_long_after_s)
             from speaker_asr.diarization.embeddings import SpeakerVoices
 
             try:

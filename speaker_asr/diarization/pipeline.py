@@ -125,13 +125,14 @@ def _gated_message(model: str, reason: str = "") -> str:
 
 
 def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
-                              speedups: bool = True):
+                              speedups: bool = True, long_after_s: Optional[float] = None):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
     file; on ``device``, with the speed fixes of :mod:`speaker_asr.patches.diarization` (through
     the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false.
     A local folder's own Python modules (the yaml file's folder's) are importable while and after
-    it loads (:func:`use_folder_modules`). Fails with a message naming what to accept and set --
-    never the token."""
+    it loads (:func:`use_folder_modules`). ``long_after_s``: recordings longer than this get the
+    long-recording patches' coarser step and fewer embedded windows (default 300 s). Fails with a
+    message naming what to accept and set -- never the token."""
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 
@@ -161,7 +162,10 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     from speaker_asr.patches import registry
 
     # the speed fixes (patches/registry.py), decided once here; the report stays with the pipeline
-    pipeline.patch_report = registry.install("diarization", pipeline, speedups, device=device)
+    context = {"device": device}
+    if long_after_s is not None:
+        context["long_after_s"] = float(long_after_s)
+    pipeline.patch_report = registry.install("diarization", pipeline, speedups, **context)
     logger.info("diarization patches: %s", registry.describe(pipeline.patch_report))
     return pipeline
 

@@ -201,10 +201,12 @@ def _duration_s(pipeline, file) -> float:
         return 0.0
 
 
-def coarser_segmentation_step(pipeline) -> Optional[str]:
+def coarser_segmentation_step(pipeline, long_after_s: Optional[float] = None) -> Optional[str]:
     """Make ``pipeline`` slide its segmentation by SEGMENTATION_STEP_FACTOR times the recipe's
-    step on recordings longer than LONG_RECORDING_S (a second segmentation inference sharing the
-    model, made once here). Returns None when it applied, else why not."""
+    step on recordings longer than ``long_after_s`` (default LONG_RECORDING_S; a second
+    segmentation inference sharing the model, made once here). Returns None when it applied,
+    else why not."""
+    long_after_s = LONG_RECORDING_S if long_after_s is None else long_after_s
     if SEGMENTATION_STEP_FACTOR <= 1:
         return "SEGMENTATION_STEP_FACTOR is 1"
     stock = getattr(type(pipeline), "get_segmentations", None)
@@ -218,7 +220,7 @@ def coarser_segmentation_step(pipeline) -> Optional[str]:
     coarse.step = inference.step * SEGMENTATION_STEP_FACTOR
 
     def get_segmentations(self, file, hook=None):
-        if self.training or _duration_s(self, file) <= LONG_RECORDING_S:
+        if self.training or _duration_s(self, file) <= long_after_s:
             return stock(self, file, hook=hook)
         if hook is not None:
             import functools
@@ -242,10 +244,11 @@ def _windows(window, indices):
     return Chosen(start=window.start, duration=window.duration, step=window.step)
 
 
-def embed_fewer_windows(pipeline) -> Optional[str]:
+def embed_fewer_windows(pipeline, long_after_s: Optional[float] = None) -> Optional[str]:
     """Make ``pipeline`` embed the speakers of every EMBEDDING_STRIDE-th window only on recordings
-    longer than LONG_RECORDING_S, the others taking the embedding of the same speaker in the
-    nearest embedded window. Returns None when it applied, else why not."""
+    longer than ``long_after_s`` (default LONG_RECORDING_S), the others taking the embedding of
+    the same speaker in the nearest embedded window. Returns None when it applied, else why not."""
+    long_after_s = LONG_RECORDING_S if long_after_s is None else long_after_s
     if EMBEDDING_STRIDE <= 1:
         return "EMBEDDING_STRIDE is 1"
     stock = getattr(type(pipeline), "get_embeddings", None)
@@ -261,7 +264,7 @@ def embed_fewer_windows(pipeline) -> Optional[str]:
     def get_embeddings(self, file, binary_segmentations, exclude_overlap=False, hook=None):
         data = binary_segmentations.data
         window = binary_segmentations.sliding_window
-        if self.training or len(data) <= EMBEDDING_STRIDE or _duration_s(self, file) <= LONG_RECORDING_S:
+        if self.training or len(data) <= EMBEDDING_STRIDE or _duration_s(self, file) <= long_after_s:
             return stock(self, file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
         plan = plan_windows(data, data.shape[1] * window.step / window.duration, EMBEDDING_STRIDE)
         chosen = np.flatnonzero(plan.embed)

@@ -119,13 +119,13 @@ def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
 def _coarser_segmentation_step(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import coarser_segmentation_step
 
-    return coarser_segmentation_step(pipeline)
+    return coarser_segmentation_step(pipeline, context.get("long_after_s"))
 
 
 def _embed_fewer_windows(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import embed_fewer_windows
 
-    return embed_fewer_windows(pipeline)
+    return embed_fewer_windows(pipeline, context.get("long_after_s"))
 
 
 def _linear_clustering(pipeline, context: dict) -> Optional[str]:
@@ -171,9 +171,10 @@ PATCHES: tuple[Patch, ...] = (
           "on CPU one window per embedding batch instead of 32"),
     Patch("coarser_segmentation_step", "diarization", True, "pyannote.audio 3.3 and 4.x",
           _coarser_segmentation_step,
-          "on recordings over 5 minutes the segmentation window slides by twice the recipe's step"),
+          "on recordings over DIARIZATION_LONG_AFTER_S (5 minutes) the segmentation window slides by "
+          "twice the recipe's step"),
     Patch("embed_fewer_windows", "diarization", True, "pyannote.audio 3.3 and 4.x", _embed_fewer_windows,
-          "on recordings over 5 minutes speaker embeddings for every third window only; a speaker of "
+          "on recordings over DIARIZATION_LONG_AFTER_S speaker embeddings for every third window only; a speaker of "
           "a window in between takes the embedding of the same speaker in the nearest embedded one"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "

@@ -159,3 +159,14 @@ def test_recordings_up_to_five_minutes_are_diarized_as_the_recipe_says(tiny_mode
     np.testing.assert_array_equal(masks, masks_every)
     np.testing.assert_array_equal(embeddings, every)
     assert diarize(fast, audio).turns == diarize(recipe, audio).turns
+
+
+def test_the_long_recording_length_is_a_setting(tiny_models):
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
+
+    audio = np.concatenate([_two_voices()] * 3)  # 48 s
+    short = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", long_after_s=30.0)
+    recipe = _load(tiny_models, True)  # 300 s: 48 s is short
+    (_, masks, window), _ = _clustering_inputs(short, audio)
+    (_, masks_recipe, window_recipe), _ = _clustering_inputs(recipe, audio)
+    assert window.step == 2 * window_recipe.step and len(masks) < len(masks_recipe)
