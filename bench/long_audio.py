@@ -107,6 +107,7 @@ class DiarizationStages:
         # a plain attribute of the instance: found before pyannote's sub-pipeline of that name
         pipeline.clustering = timed_clustering
         self.switch("segmentation")
+        kwargs.pop("hook", None)  # the request's progress hook (none here): this one marks the stages
         try:
             return diarize(pipeline, audio, hook=self.hook, **kwargs)
         finally:
