@@ -122,18 +122,17 @@ def _flat_roots(rows: np.ndarray, n: int, threshold: float) -> tuple[np.ndarray,
     return inside, top[:n]
 
 
-def blockwise_linkage(embeddings: np.ndarray, threshold: float, block: Optional[int] = None,
-                      linkage=None) -> np.ndarray:
+def blockwise_linkage(embeddings: np.ndarray, threshold: float, block: Optional[int] = None) -> np.ndarray:
     """A centroid-linkage dendrogram over all ``embeddings`` (n, d), unit-normalised or not, in
     scipy's format: (n - 1, 4) rows ``[a, b, distance, size]``, ``size`` counted in embeddings.
 
-    Blocks of ``block`` consecutive rows are linked by ``linkage`` (scipy's, by default) and cut
+    Blocks of ``block`` consecutive rows are linked by scipy's centroid linkage and cut
     at ``threshold``; the merges inside each block's flat clusters are kept, then the clusters
     are merged by :func:`weighted_centroid_linkage`, a block at a time while more than ``block``
     remain, until one is left. Its cut at ``threshold`` is each block's cut joined where blocks'
     clusters lie closer than ``threshold``."""
-    if linkage is None:
-        from scipy.cluster.hierarchy import linkage
+    from scipy.cluster.hierarchy import linkage  # scipy's own, never pyannote's module attribute
+
     block = BLOCK if block is None else block
     x = np.asarray(embeddings, dtype=np.float64)
     n = len(x)

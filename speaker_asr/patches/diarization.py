@@ -109,8 +109,8 @@ def skip_silent_embeddings(pipeline) -> bool:
     return True
 
 
-# the pipelines whose clustering step ``linear_clustering`` serves, and the thread-local state
-# through which a VBx step hands its threshold to the AHC that seeds it
+# the thread-local state through which a patched VBx step hands its threshold to the AHC
+# (pyannote's module-level ``linkage``) that seeds it
 _BLOCKWISE = threading.local()
 
 
@@ -268,14 +268,9 @@ def embed_fewer_windows(pipeline, long_after_s: Optional[float] = None) -> Optio
             return stock(self, file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
         plan = plan_windows(data, data.shape[1] * window.step / window.duration, EMBEDDING_STRIDE)
         chosen = np.flatnonzero(plan.embed)
-
-        def progress(step, artefact, total=None, completed=None, **kwargs):
-            # one embedding call for the chosen windows: its batches are the step's progress
-            if hook is not None and step == "embeddings" and completed is not None:
-                hook("embeddings", artefact, total=total, completed=completed, **kwargs)
-
+        # one embedding call for the chosen windows: its batches are the step's progress
         part = SlidingWindowFeature(data[chosen], _windows(window, chosen))
-        computed = stock(self, file, part, exclude_overlap=exclude_overlap, hook=progress)
+        computed = stock(self, file, part, exclude_overlap=exclude_overlap, hook=hook)
         embeddings = np.full((len(data),) + computed.shape[1:], np.nan, dtype=computed.dtype)
         embeddings[chosen] = computed
         plan.copy_into(embeddings)
