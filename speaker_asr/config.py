@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
@@ -23,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import FORMATS, TASKS
+from speaker_asr.speaker_names import MAX_SPEAKERS, validate_speaker_names
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
 DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
@@ -38,7 +38,6 @@ MAX_BATCH_SIZE = 64
 MAX_CHUNK_LENGTH_S = 30.0
 # shorter windows multiply the decoding work (a window every few samples would run for hours)
 MIN_CHUNK_LENGTH_S = 5.0
-MAX_SPEAKERS = 32  # speakers to find (num_speakers, ...) and names for them (speaker_names)
 MAX_PROMPT_CHARS = 800
 # known speakers (named by reference clips): how many per request, and each clip's length (s);
 # OpenAI's diarized transcription takes up to 4 clips of 2-10 s, all of which are valid here
@@ -173,29 +172,6 @@ def normalize_language(value: str, capabilities: ModelCapabilities) -> str:
         raise ValueError(f"language {value!r} is not supported by this model; it knows: "
                          f"{', '.join(sorted(capabilities.languages))}")
     return code
-
-
-def validate_speaker_names(names: Any, param: str = "speaker_names",
-                           limit: int = MAX_SPEAKERS) -> list[str]:
-    """``speaker_names`` (or another list of names, ``param``) -> a clean list (names stripped).
-    Raises RequestError saying what is wrong."""
-    if names is None:
-        return []
-    if isinstance(names, (str, bytes)) or not isinstance(names, (list, tuple)):
-        raise RequestError(f"{param} must be a list of strings, e.g. [\"Alice\", \"Bob\"]")
-    if len(names) > limit:
-        raise RequestError(f"{param} has {len(names)} names; at most {limit} are allowed")
-    clean: list[str] = []
-    for i, name in enumerate(names):
-        if not isinstance(name, str) or not name.strip():
-            raise RequestError(f"{param}[{i}] must be a non-empty string, got {name!r}")
-        if any(unicodedata.category(ch) == "Cc" for ch in name):
-            raise RequestError(f"{param}[{i}] must not contain line breaks or control characters")
-        name = name.strip()
-        if name in clean:
-            raise RequestError(f"{param} has the name {name!r} twice; names must be unique")
-        clean.append(name)
-    return clean
 
 
 class InferenceConfig(BaseModel):

@@ -78,8 +78,8 @@ class EndpointHandler:
         as the ASR decodes its windows and the diarization goes through its steps -- from both
         of their threads at once, so it must be thread-safe."""
         config, result = self.result(data, progress=progress)
-        return render_response(result, config.response_format,
-                               speaker_names=config.speaker_names, task=config.task)
+        return render_response(result, config.response_format, speaker_names=config.speaker_names,
+                               task=config.task, temperature=config.temperature)
 
     def result(self, data: dict[str, Any], on_start: Optional[Callable[[], None]] = None,
                progress: Optional[ProgressCallback] = None) -> tuple[InferenceConfig, Result]:

@@ -2,8 +2,9 @@
 
 It holds what every format is written from: the transcript as segments (Whisper's segments, split
 wherever the speaker changes, each with its speaker and, with word timestamps, its words), the
-speaker turns (consecutive segments of one speaker, with their words), the language, the audio's
-duration, the warnings, the known speakers' matches and the voice embeddings. Times and numbers
+language, the audio's duration, the warnings, the known speakers' matches and the voice
+embeddings. The speaker turns (consecutive segments of one speaker, with their words) are derived
+from the segments (:attr:`Result.speaker_turns`), never stored beside them. Times and numbers
 are held as the response writes them (seconds to the millisecond, similarities to 4 decimals,
 embeddings to 6).
 
@@ -19,8 +20,8 @@ Pure Python: no torch, numpy or pydantic.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Mapping, Optional, Sequence
 
 from speaker_asr.errors import RequestError
@@ -60,11 +61,11 @@ class Result:
     found). ``with_words``: the segments carry their words (``return_word_timestamps``).
     ``alignment``: ``"word"`` (speakers from word timestamps) or ``"segment"``; None only for a
     response read back without one, as is a missing ``duration``. ``speaker_embeddings``: each
-    found speaker's voice by its label, None when not asked for."""
+    found speaker's voice by its label, None when not asked for. :attr:`speaker_turns` is derived
+    from the segments."""
 
     text: str
     segments: list[Segment]
-    speaker_turns: list[SpeakerTurn]
     language: Optional[str]
     duration: Optional[float]
     alignment: Optional[str] = None
@@ -75,6 +76,12 @@ class Result:
     speaker_embeddings: Optional[dict[str, Optional[list[float]]]] = None
 
     # ----------------------------------------------------------------------------- speakers
+
+    @cached_property
+    def speaker_turns(self) -> list[SpeakerTurn]:
+        """The response's ``speakers`` entries: :func:`speaker_turns` of the segments with
+        diarization on, none without it."""
+        return speaker_turns(self.segments) if self.diarized else []
 
     def speakers_in_order(self) -> list[Any]:
         """Speaker labels in order of first appearance in time (speaker turns, segments and
@@ -93,7 +100,7 @@ class Result:
 
     def renamed(self, mapping: Mapping[str, str]) -> "Result":
         """The result with every speaker label in ``mapping`` replaced by its new name: segments,
-        words (and the speakers they overlap), speaker turns and voice embeddings."""
+        words (and the speakers they overlap), so the speaker turns too, and voice embeddings."""
         if not mapping:
             return self
 
@@ -108,8 +115,6 @@ class Result:
         return replace(
             self,
             segments=[replace(s, speaker=name(s.speaker), words=words(s.words)) for s in self.segments],
-            speaker_turns=[replace(t, speaker=name(t.speaker), words=words(t.words))
-                           for t in self.speaker_turns],
             speaker_embeddings=None if voices is None else {name(k): v for k, v in voices.items()})
 
     def named(self, names: Sequence[str]) -> "Result":
@@ -133,8 +138,8 @@ class Result:
     def to_json(self) -> dict[str, Any]:
         """The ``json`` response: ``text``, ``chunks`` (segments: ``text``, ``timestamp``, with
         diarization ``speaker``, with word timestamps ``words``), ``speakers`` (speaker turns),
-        ``language``, ``duration``, ``alignment``, then when present ``known_speakers``,
-        ``speaker_embeddings`` and ``warnings``. New lists and dicts throughout."""
+        ``language``, ``duration``, ``alignment``, then :meth:`notes_json`. New lists and dicts
+        throughout."""
         out: dict[str, Any] = {
             "text": self.text,
             "chunks": [self._chunk_json(s) for s in self.segments],
@@ -145,26 +150,25 @@ class Result:
         }
         if self.alignment is not None:
             out["alignment"] = self.alignment
-        if self.known_speakers:
-            out["known_speakers"] = self._known_speakers_json()
-        if self.speaker_embeddings is not None:
-            out["speaker_embeddings"] = self._speaker_embeddings_json()
-        if self.warnings:
-            out["warnings"] = list(self.warnings)
-        return out
+        return {**out, **self.notes_json()}
 
     def carried_json(self) -> dict[str, Any]:
-        """What every format's answer carries beside its transcript: the audio's ``duration``,
-        then when present ``warnings``, ``known_speakers`` and ``speaker_embeddings``."""
+        """What every format's answer carries beside its transcript: the audio's ``duration``
+        (when known), then :meth:`notes_json`."""
+        out: dict[str, Any] = {} if self.duration is None else {"duration": self.duration}
+        return {**out, **self.notes_json()}
+
+    def notes_json(self) -> dict[str, Any]:
+        """What the request noted beside the transcript, each key only when present:
+        ``known_speakers``, ``speaker_embeddings``, ``warnings`` -- written here only, in this
+        order, for :meth:`to_json`, :meth:`carried_json` and the OpenAI shapes."""
         out: dict[str, Any] = {}
-        if self.duration is not None:
-            out["duration"] = self.duration
-        if self.warnings:
-            out["warnings"] = list(self.warnings)
         if self.known_speakers:
             out["known_speakers"] = self._known_speakers_json()
         if self.speaker_embeddings is not None:
             out["speaker_embeddings"] = self._speaker_embeddings_json()
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
 
     def _chunk_json(self, seg: Segment) -> dict[str, Any]:
@@ -201,20 +205,18 @@ class Result:
         :meth:`to_json` writes gives the same result again. Read leniently, as a client's may be
         hand-edited: entries that are not objects are skipped, a missing or unusable time is
         the previous one (a start, 0 at first) or the start (an end), a word's missing speaker is
-        its chunk's. Without ``speakers`` entries but with speakers on the chunks, the speaker
-        turns are the runs of one speaker's chunks; when the entries do not follow the chunks
-        (another tool split them), each word goes to the nearby turn it overlaps most, preferring
-        one of its own speaker."""
+        its chunk's. The response is diarized when its chunks carry speakers or it has
+        ``speakers`` entries; those entries are not read otherwise: the speaker turns are derived
+        from the chunks, as :meth:`to_json` wrote them."""
         chunks = [c for c in response.get("chunks") or [] if isinstance(c, dict)]
         segments = [Segment(_text(c.get("text")), *_span(c), c.get("speaker"),
                             [_word(w, c.get("speaker")) for w in c.get("words") or []
                              if isinstance(w, dict)]) for c in chunks]
         entries = [e for e in response.get("speakers") or [] if isinstance(e, dict)]
         diarized = bool(entries) or any("speaker" in c for c in chunks)
-        turns = _speaker_turns(segments, entries) if diarized else []
         voices = response.get("speaker_embeddings")
         return cls(
-            text=_text(response.get("text")), segments=segments, speaker_turns=turns,
+            text=_text(response.get("text")), segments=segments,
             language=response.get("language"), duration=_num(response.get("duration")),
             alignment=response.get("alignment") if isinstance(response.get("alignment"), str) else None,
             diarized=diarized, with_words=any("words" in c for c in chunks),
@@ -255,7 +257,7 @@ def _text(value: Any) -> str:
 
 
 def _span(item: dict) -> tuple[float, float]:
-    """``(start, end)`` of a chunk or speaker entry from its ``timestamp`` pair (missing -> 0 / start)."""
+    """``(start, end)`` of a chunk from its ``timestamp`` pair (missing -> 0 / start)."""
     stamp = item.get("timestamp")
     stamp = list(stamp) if isinstance(stamp, (list, tuple)) else []
     start = _num(stamp[0]) if len(stamp) > 0 else None
@@ -273,29 +275,3 @@ def _word(word: dict, speaker: Any) -> Word:
 
 def _vector(value: Any) -> Optional[list[float]]:
     return list(value) if isinstance(value, list) else None
-
-
-def _speaker_turns(segments: list[Segment], entries: list[dict]) -> list[SpeakerTurn]:
-    """The speaker turns of a response read back: its ``speakers`` entries with their words,
-    else the runs of one speaker's chunks."""
-    runs = speaker_turns(segments)
-    if not entries:
-        return runs
-    turns = [SpeakerTurn(e.get("speaker"), _text(e.get("text")), *_span(e)) for e in entries]
-    if len(runs) == len(turns) and all(r.speaker == t.speaker for r, t in zip(runs, turns)):
-        return [replace(t, words=r.words) for t, r in zip(turns, runs)]
-    shared: list[list[Word]] = [[] for _ in turns]
-    starts = [t.start for t in turns]
-    for seg in segments:
-        for w in seg.words:
-            ws = w.start if w.start is not None else seg.start
-            we = w.end if w.end is not None and w.end >= ws else ws
-            i = bisect_right(starts, (ws + we) / 2) - 1
-
-            def score(j: int) -> tuple:
-                turn = turns[j]
-                overlap = min(we, turn.end) - max(ws, turn.start)
-                return (turn.speaker == w.speaker, overlap, -abs(j - i))
-
-            shared[max(range(max(0, i - 2), min(len(turns), i + 3)), key=score)].append(w)
-    return [replace(t, words=words) for t, words in zip(turns, shared)]

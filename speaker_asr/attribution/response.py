@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
                                               cross_talk, resolve_times, split_segments,
                                               tidy_word_times)
-from speaker_asr.result import Result, speaker_turns
+from speaker_asr.result import Result
 from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 
 
@@ -69,7 +69,6 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
             pieces = assign_speakers(pieces, SpeakerIndex(diarization.one_at_a_time()))
         segments = [Segment(p.text, _r(p.start), _r(p.end), p.speaker) for p in pieces]
     return Result(text=transcript.text, segments=segments,
-                  speaker_turns=speaker_turns(segments) if diarized else [],
                   language=transcript.language, duration=_r(duration),
                   alignment="word" if words is not None else "segment", diarized=diarized,
                   with_words=with_words and words is not None)

@@ -1,4 +1,5 @@
-"""Shared helpers for the output writers: milliseconds, text on one line, display width.
+"""Shared helpers for the output writers: milliseconds, text on one line, display width; and for
+the JSON shapes, the :class:`Options` they are written with and the fields they share.
 
 Pure Python: nothing here imports torch, numpy or pyannote.
 """
@@ -7,7 +8,11 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+if TYPE_CHECKING:
+    from speaker_asr.result import Result
 
 
 def to_ms(seconds: float) -> int:
@@ -40,3 +45,59 @@ def char_width(ch: str) -> int:
 
 def width(text: str) -> int:
     return sum(char_width(ch) for ch in text)
+
+
+# --------------------------------------------------------------------------- the JSON shapes
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to write one answer, on both routes (``POST /`` and ``/v1``).
+
+    ``task``: ``transcribe`` or ``translate``. ``response_format``: the format's name (the
+    ``/v1`` writer, :func:`speaker_asr.formats.openai_shapes.render`, chooses by it).
+    ``words`` / ``segments``: verbose_json's ``words`` and ``segments`` (on ``/v1`` the
+    ``timestamp_granularities`` asked for, none given meaning segments; on ``POST /`` segments,
+    and words when the result has word timestamps). ``model``: the model that ran, written as
+    ``model`` (None: not written). ``temperature``: the request's first temperature
+    (verbose_json's segments). ``language_names``: language code -> Whisper's name (``en`` ->
+    ``english``) for verbose_json's ``language``; None: Whisper's own table (read from
+    transformers when verbose_json is written); a code without a name is written as it is."""
+
+    task: str = "transcribe"
+    response_format: str = "json"
+    words: bool = False
+    segments: bool = True
+    model: Optional[str] = None
+    temperature: float = 0.0
+    language_names: Optional[Mapping[str, str]] = None
+
+
+def times(start: Optional[float], end: Optional[float], previous: float) -> tuple[float, float]:
+    """A part's ``(start, end)`` with a time Whisper left out filled in: a missing start is the
+    previous part's end, a missing (or earlier) end its start."""
+    start = start if start is not None else previous
+    end = end if end is not None and end >= start else start
+    return start, end
+
+
+def transcript_text(result: "Result") -> str:
+    """The transcript's text as OpenAI writes it: without the leading space Whisper puts there."""
+    return result.text.strip()
+
+
+def usage(result: "Result") -> Optional[dict[str, Any]]:
+    """OpenAI's usage by audio duration: ``{"type": "duration", "seconds"}`` (None: no duration)."""
+    return None if result.duration is None else {"type": "duration", "seconds": result.duration}
+
+
+def closing_fields(result: "Result", options: Options) -> dict[str, Any]:
+    """What every JSON shape but ``json`` itself ends with: ``usage`` (with a duration), ``model``
+    (when named), then what the request noted (:meth:`Result.notes_json`)."""
+    out: dict[str, Any] = {}
+    if (used := usage(result)) is not None:
+        out["usage"] = used
+    if options.model is not None:
+        out["model"] = options.model
+    out.update(result.notes_json())
+    return out

@@ -1,21 +1,49 @@
-"""``diarized_json``: OpenAI's diarized transcription shape (``gpt-4o-transcribe-diarize``).
+"""``diarized_json``: OpenAI's ``TranscriptionDiarized`` (``gpt-4o-transcribe-diarize``) -- the one
+shape of this name, on ``POST /`` and on ``/v1``.
 
 ``{"task", "duration", "text", "segments": [{"type": "transcript.text.segment", "id": "seg_0",
-"start", "end", "text", "speaker"}]}``: one segment per speaker turn (per transcript segment,
-its text stripped and speaker null, when diarization is off).
+"start", "end", "text", "speaker"}], "usage"}``: one segment per speaker turn (per transcript
+segment, speaker null, when diarization is off), parts without text left out; ``text`` without
+Whisper's leading space; then ``model`` when named, and ``known_speakers``,
+``speaker_embeddings``, ``warnings`` when present. The same segments are the
+``transcript.text.segment`` events of ``stream=true`` (:func:`turns_of`, :func:`segment`).
 """
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
+from ._common import Options, closing_fields, times, transcript_text
 from speaker_asr.result import Result
 
+Part = tuple[float, float, str, Optional[str]]  # start, end, text, speaker
 
-def write(result: Result, task: str) -> dict:
+
+def write(result: Result, options: Options) -> dict[str, Any]:
+    out: dict[str, Any] = {"task": options.task, "duration": result.duration,
+                           "text": transcript_text(result),
+                           "segments": [segment(i, p) for i, p in enumerate(turns_of(result))]}
+    out.update(closing_fields(result, options))
+    return out
+
+
+def turns_of(result: Result) -> list[Part]:
+    """(start, end, text, speaker) per speaker turn; without diarization per transcript segment
+    (speaker None). Parts without text are left out."""
     if result.diarized:
-        parts = [(t.start, t.end, t.text, t.speaker) for t in result.speaker_turns]
+        parts = [(t.start, t.end, t.text.strip(), t.speaker) for t in result.speaker_turns]
     else:
         parts = [(s.start, s.end, s.text.strip(), None) for s in result.segments]
-    return {"task": task, "duration": result.duration, "text": result.text,
-            "segments": [{"type": "transcript.text.segment", "id": f"seg_{i}", "start": start,
-                          "end": end, "text": text, "speaker": speaker}
-                         for i, (start, end, text, speaker) in enumerate(parts)]}
+    out, previous = [], 0.0
+    for start, end, text, speaker in parts:
+        start, end = times(start, end, previous)
+        previous = end
+        if text:
+            out.append((start, end, text, speaker))
+    return out
+
+
+def segment(i: int, part: Part) -> dict[str, Any]:
+    start, end, text, speaker = part
+    return {"type": "transcript.text.segment", "id": f"seg_{i}", "start": start, "end": end,
+            "text": text, "speaker": speaker}

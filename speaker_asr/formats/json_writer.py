@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ._common import Options
 from speaker_asr.result import Result
 
 
-def write(result: Result, task: str) -> dict:
+def write(result: Result, options: Options) -> dict:
     return result.to_json()

@@ -39,8 +39,8 @@ from starlette.routing import Route
 
 from speaker_asr.errors import RequestError
 from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_FORMATS, SSE_KEEPALIVE,
-                                               TIMESTAMP_GRANULARITIES, ModelCard, Options,
-                                               error_object, media_type, model_list, render, sse,
+                                               TEXT_MEDIA_TYPE, TIMESTAMP_GRANULARITIES, ModelCard,
+                                               Options, error_object, model_list, render, sse,
                                                stream_events)
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.serving.logging_setup import scrub
@@ -562,7 +562,7 @@ class OpenAIRoutes:
                 stream, watch = EventStream(self, job, watch, info, headers, self.keepalive_s), None
                 return stream  # type: ignore[return-value]
             if isinstance(answer.body, str):
-                return Response(answer.body, media_type=media_type(parsed.response_format),
+                return Response(answer.body, media_type=TEXT_MEDIA_TYPE,
                                 headers=headers)
             payload = json.dumps(answer.body, ensure_ascii=False, allow_nan=False)
             return Response(payload, media_type="application/json", headers=headers)

@@ -6,7 +6,7 @@ import pytest
 
 from speaker_asr.attribution.naming import (Match, cosine, known_names, match_speakers,
                                             name_known_speakers)
-from speaker_asr.result import KnownSpeaker, Result, speaker_turns
+from speaker_asr.result import KnownSpeaker, Result
 from speaker_asr.types import Segment, Word
 
 
@@ -66,7 +66,7 @@ def test_speakers_without_a_voice_are_skipped_and_ties_are_deterministic():
 
 
 def diarized(*segments: Segment) -> Result:
-    return Result("".join(s.text for s in segments), list(segments), speaker_turns(segments), "en",
+    return Result("".join(s.text for s in segments), list(segments), "en",
                   segments[-1].end, "word", diarized=True, with_words=True)
 
 

@@ -99,7 +99,7 @@ def test_json_speaker_names_everywhere():
     assert {w["speaker"] for w in out["chunks"][1]["words"]} == {"Bob & Carol"}
     verbose = render(load_response(), "verbose_json", speaker_names=NAMES)
     assert [s["speaker"] for s in verbose["segments"]] == ["Alice", "Bob & Carol", "Alice", "Bob & Carol"]
-    assert verbose["segments"][1]["words"][0]["speaker"] == "Bob & Carol"
+    assert verbose["words"][5] == {"word": "Hi!", "start": 2.4, "end": 2.7, "speaker": "Bob & Carol"}
     diarized = render(load_response(), "diarized_json", speaker_names=["Alice"])
     assert [s["speaker"] for s in diarized["segments"]] == ["Alice", "SPEAKER_01", "Alice", "SPEAKER_01"]
 
@@ -171,11 +171,12 @@ def test_without_diarization():
     assert all(c.voice is None for c in webvtt.from_string(vtt_text).captions)
     assert render(response, "rttm")["content"] == ""
     assert render(response, "txt")["content"] == response["text"].strip() + "\n"
-    verbose = render(response, "verbose_json", task="translate")
-    assert verbose["task"] == "translate" and len(verbose["segments"]) == 4
-    assert all(s["speaker"] is None for s in verbose["segments"])
-    assert verbose["segments"][0]["words"][0] == {"word": " Hello", "start": 0.0, "end": 0.4, "speaker": None}
-    assert "words" not in render(without_words(response), "verbose_json")["segments"][0]
+    verbose = render(response, "verbose_json", task="translate", temperature=[0.2, 0.4])
+    assert (verbose["task"], verbose["language"]) == ("translate", "english")
+    assert len(verbose["segments"]) == 4 and all(s["speaker"] is None for s in verbose["segments"])
+    assert {s["temperature"] for s in verbose["segments"]} == {0.2}  # the first of the list
+    assert verbose["words"][0] == {"word": "Hello", "start": 0.0, "end": 0.4, "speaker": None}
+    assert "words" not in render(without_words(response), "verbose_json")
     diarized = render(response, "diarized_json")
     assert [s["text"] for s in diarized["segments"]][1] == "Hi! Is 3 < 4?"
     assert render(response, "json", speaker_names=NAMES) == response  # nothing to name
@@ -258,8 +259,9 @@ def test_long_segment_without_words_is_split_by_length():
     assert " ".join(s.content.removeprefix("SPEAKER_00: ").replace("\n", " ") for s in subs) == text.strip()
 
 
-def test_words_shared_to_speaker_segments_by_time_when_groups_differ():
-    """Speaker entries that do not follow the chunks (e.g. split per word): words go by time."""
+def test_speaker_entries_are_derived_from_the_chunks_words_keep_their_speakers():
+    """Speaker entries that do not follow the chunks (e.g. split per word, by another tool) are
+    not read: the turns come from the chunks, and each word keeps its own speaker."""
     words = [{"word": " a", "start": 0.0, "end": 0.5, "speaker": "SPEAKER_00"},
              {"word": " b", "start": 0.5, "end": 1.0, "speaker": "SPEAKER_01"}]
     response = {"text": " a b", "chunks": [{"text": " a b", "timestamp": [0.0, 1.0], "speaker": "SPEAKER_00",
@@ -267,8 +269,10 @@ def test_words_shared_to_speaker_segments_by_time_when_groups_differ():
                 "speakers": [{"speaker": "SPEAKER_00", "text": "a", "timestamp": [0.0, 0.5]},
                              {"speaker": "SPEAKER_01", "text": "b", "timestamp": [0.5, 1.0]}],
                 "language": "en", "duration": 1.0}
-    segments = render(response, "verbose_json")["segments"]
-    assert [[w["word"] for w in s["words"]] for s in segments] == [[" a"], [" b"]]
+    verbose = render(response, "verbose_json")
+    assert [(s["text"], s["speaker"]) for s in verbose["segments"]] == [(" a b", "SPEAKER_00")]
+    assert [(w["word"], w["speaker"]) for w in verbose["words"]] == [("a", "SPEAKER_00"), ("b", "SPEAKER_01")]
+    assert render(response, "rttm")["content"] == "SPEAKER audio 1 0.000 1.000 <NA> <NA> SPEAKER_00 <NA> <NA>\n"
     assert render(response, "vtt")["content"] == (
         "WEBVTT\n\n00:00:00.000 --> 00:00:00.500\n<v SPEAKER_00>a\n\n"
         "00:00:00.500 --> 00:00:01.000\n<v SPEAKER_01>b\n")
@@ -436,11 +440,17 @@ def test_property_every_format_renders_with_valid_ordered_cues(response):
 
     assert in_order(words, outputs["txt"]["content"])
 
-    segments = outputs["verbose_json"]["segments"]
-    assert len(segments) == (len(response["speakers"]) if response["speakers"] else len(response["chunks"]))
+    verbose = outputs["verbose_json"]
+    assert [s["text"] for s in verbose["segments"]] == [c["text"] for c in response["chunks"]]
     if any("words" in c for c in response["chunks"]):
-        assert sum(len(s["words"]) for s in segments) == sum(len(c["words"]) for c in response["chunks"])
-    assert [s["id"] for s in outputs["diarized_json"]["segments"]] == [f"seg_{i}" for i in range(len(segments))]
+        assert [w["word"] for w in verbose["words"]] == \
+            [w["word"].strip() for c in response["chunks"] for w in c["words"] if w["word"].strip()]
+    else:
+        assert "words" not in verbose
+    turns = [s for s in response["speakers"] if s["text"].strip()] if response["speakers"] else \
+        [c for c in response["chunks"] if c["text"].strip()]
+    assert [s["id"] for s in outputs["diarized_json"]["segments"]] == [f"seg_{i}" for i in range(len(turns))]
+    assert [s["text"] for s in outputs["diarized_json"]["segments"]] == [t["text"].strip() for t in turns]
 
 
 @settings(max_examples=100, deadline=None)

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from speaker_asr.formats import FORMATS
-from speaker_asr.formats.openai_shapes import (ModelCard, Options, compression_ratio, error_object,
-                                               model_list, plain_text, render, sse, stream_events)
-from speaker_asr.result import KnownSpeaker, Result, speaker_turns
+from speaker_asr.formats import render_response
+from speaker_asr.formats.openai_shapes import (ModelCard, Options, error_object, model_list,
+                                               plain_text, render, sse, stream_events)
+from speaker_asr.formats.verbose_json import compression_ratio
+from speaker_asr.result import KnownSpeaker, Result
 from speaker_asr.types import Segment, Word
 
 
@@ -25,7 +26,7 @@ def two_speakers(with_words: bool = True, **changes) -> Result:
     if not with_words:
         segments = [Segment(s.text, s.start, s.end, s.speaker) for s in segments]
     values = dict(text=" Hello there. Yes. Right.", segments=segments,
-                  speaker_turns=speaker_turns(segments), language="en", duration=2.5,
+                  language="en", duration=2.5,
                   alignment="word", diarized=True, with_words=with_words)
     values.update(changes)
     return Result(**values)
@@ -33,7 +34,7 @@ def two_speakers(with_words: bool = True, **changes) -> Result:
 
 def undiarized() -> Result:
     segments = [Segment(" One two.", 0.0, 1.0), Segment(" Three.", 1.0, 1.5)]
-    return Result(" One two. Three.", segments, [], "fr", 1.5, "word")
+    return Result(" One two. Three.", segments, "fr", 1.5, "word")
 
 
 OPTIONS = Options(model="whisper-large-v3", language_names={"en": "english", "fr": "french"})
@@ -60,10 +61,13 @@ def test_text_srt_vtt_are_plain_text():
     assert render(two_speakers(), opts(response_format="text")) == "Hello there. Yes. Right.\n"
     assert plain_text(two_speakers(text="  ")) == ""
     result = two_speakers()
-    assert render(result, opts(response_format="srt")) == FORMATS["srt"].write(result)
-    assert render(result, opts(response_format="vtt")) == FORMATS["vtt"].write(result)
-    assert "Alice: Hello there." in render(result, opts(response_format="srt"))
-    assert "<v Bob>Yes." in render(result, opts(response_format="vtt"))
+    # Bob's two segments are 0.2 s apart: one cue; "Right." has no end, so it ends where it starts
+    assert render(result, opts(response_format="srt")) == (
+        "1\n00:00:00,000 --> 00:00:01,200\nAlice: Hello there.\n\n"
+        "2\n00:00:01,200 --> 00:00:01,800\nBob: Yes. Right.\n\n")
+    assert render(result, opts(response_format="vtt")) == (
+        "WEBVTT\n\n00:00:00.000 --> 00:00:01.200\n<v Alice>Hello there.\n"
+        "\n00:00:01.200 --> 00:00:01.800\n<v Bob>Yes. Right.\n")
 
 
 def test_verbose_json_segments_words_and_speakers():
@@ -98,11 +102,24 @@ def test_verbose_json_without_diarization_translation_and_unknown_language_names
     assert out["language"] == "french"
     assert [s["speaker"] for s in out["segments"]] == [None, None]
     out = render(undiarized(), Options(response_format="verbose_json"))
-    assert out["language"] == "fr"  # no names given: the code
+    assert out["language"] == "french"  # no names given: Whisper's own (transformers' table)
+    out = render(undiarized(), opts(response_format="verbose_json", language_names={}))
+    assert out["language"] == "fr"  # a code without a name: the code
     out = render(undiarized(), opts(response_format="verbose_json", task="translate"))
     assert out["task"] == "translate" and out["language"] == "english"  # the translation's
-    silent = Result("", [], [], None, 0.0)
+    silent = Result("", [], None, 0.0)
     assert render(silent, opts(response_format="verbose_json"))["language"] is None
+
+
+@pytest.mark.parametrize("fmt", ["verbose_json", "diarized_json"])
+def test_one_writer_per_name_on_both_routes(fmt):
+    """POST / (formats.render_response) and /v1 write verbose_json and diarized_json alike: the
+    same object, /v1 adding only the model that ran."""
+    result = two_speakers(warnings=["careful"], known_speakers=[KnownSpeaker("Alice", "Alice", 0.91)])
+    v1 = render(result, opts(response_format=fmt, words=True))
+    assert v1.pop("model") == "whisper-large-v3"
+    assert render_response(result, fmt) == v1
+    assert list(render_response(result, fmt)) == list(v1)
 
 
 def test_diarized_json_one_segment_per_speaker_turn():
@@ -130,7 +147,7 @@ def test_stream_events_rebuild_the_text_and_end_with_one_done():
     assert "".join(e["delta"] for e in events if e["type"] == "transcript.text.delta") == \
         events[-1]["text"] == "Hello there. Yes. Right."
     assert events[-1]["warnings"] == ["w"]
-    assert stream_events(Result("", [], [], None, 0.0), OPTIONS) == [
+    assert stream_events(Result("", [], None, 0.0), OPTIONS) == [
         {"type": "transcript.text.done", "text": ""}]
     wire = sse(events[0])
     assert wire.startswith(b"data: ") and wire.endswith(b"\n\n") and b"\n" not in wire[:-2]

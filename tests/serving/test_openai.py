@@ -325,13 +325,13 @@ def metrics(url: str, key=None) -> dict:
 
 
 def two_speaker_result():
-    from speaker_asr.result import Result, speaker_turns
+    from speaker_asr.result import Result
     from speaker_asr.types import Segment, Word
 
     segments = [Segment(" Hello there.", 0.0, 1.2, "SPEAKER_00",
                         [Word(" Hello", 0.0, 0.5, "SPEAKER_00"), Word(" there.", 0.5, 1.2, "SPEAKER_00")]),
                 Segment(" Yes.", 1.2, 1.6, "SPEAKER_01", [Word(" Yes.", 1.2, 1.6, "SPEAKER_01")])]
-    return Result(" Hello there. Yes.", segments, speaker_turns(segments), "en", 2.0, "word",
+    return Result(" Hello there. Yes.", segments, "en", 2.0, "word",
                   diarized=True, with_words=True)
 
 

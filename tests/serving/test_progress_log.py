@@ -60,7 +60,7 @@ class Reporting:
 
         self._run(progress)
         return (InferenceConfig.from_request(data.get("parameters"), ModelCapabilities()),
-                Result(" ok", [], [], "en", 3600.0))
+                Result(" ok", [], "en", 3600.0))
 
 
 def progress_records(caplog) -> list[logging.LogRecord]:
