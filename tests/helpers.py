@@ -133,13 +133,34 @@ def check_error(r: requests.Response, status: int, *fragments: str) -> str:
     return message
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
+class MetricValues(dict):
+    """/metrics samples by ``name{label="value",...}``; a key finds its sample whatever the order
+    of its labels (prometheus_client writes them sorted by name)."""
+
+    def __getitem__(self, key: str) -> float:
+        return super().__getitem__(_metric_key(key))
+
+    def __contains__(self, key) -> bool:
+        return super().__contains__(_metric_key(key))
+
+
+def _sample_key(name: str, labels: dict) -> str:
+    return name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+
+
+def _metric_key(key: str) -> str:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sample = next(iter(text_string_to_metric_families(key + " 0\n"))).samples[0]
+    return _sample_key(sample.name, sample.labels)
+
+
+def parse_metrics(text: str) -> MetricValues:
+    """The samples of a /metrics answer, read with prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return MetricValues({_sample_key(s.name, s.labels): s.value
+                         for family in text_string_to_metric_families(text) for s in family.samples})
 
 
 def cli_env(tiny_models, **overrides) -> dict:

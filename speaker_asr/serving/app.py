@@ -69,7 +69,6 @@ DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 
 PREDICT_PATHS = ("/", "/predict")
 HEALTH_PATHS = ("/", "/health")
-METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 logger = logging.getLogger("server")
 access_logger = logging.getLogger("server.access")
@@ -290,7 +289,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     queue_limit = max_queue if max_queue is not None else max_queue_from_env()
     key = api_key_from_env() if api_key is _UNSET else api_key
     runner = ModelRunner(handler_factory or default_handler_factory, max_queue=queue_limit)
-    metrics = Metrics()
+    metrics = Metrics(runner)
 
     async def health(request: Request) -> Response:
         status, body, headers = runner.status()
@@ -349,7 +348,8 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
                             code="queue_full") from None
 
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(metrics.render(runner), media_type=METRICS_CONTENT_TYPE)
+        body, content_type = metrics.exposition(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 404:

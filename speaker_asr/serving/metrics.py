@@ -1,118 +1,113 @@
-"""Prometheus metrics: request counters, the latency histogram and the model's gauges, written
-out in the text format by hand."""
+"""Prometheus metrics with prometheus_client: request counters, the latency histogram and the
+in-flight gauge are updated as requests are answered; the model's and the queue's values are read
+from the runner when ``/metrics`` is scraped (:class:`RunnerCollector`). Every app has its own
+:class:`~prometheus_client.CollectorRegistry`, so several apps in one process (the tests) keep
+their own counts; the exposition format is negotiated from the scraper's ``Accept`` header by
+prometheus_client (the text format, or OpenMetrics when asked for)."""
 
 from __future__ import annotations
 
-import math
-import threading
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from speaker_asr.serving.runner import ModelRunner
 
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _num(value: float) -> str:
-    if value == math.inf:
-        return "+Inf"
-    return repr(float(value)) if isinstance(value, float) else str(value)
+# latency buckets, seconds (prometheus_client adds +Inf)
+BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class Metrics:
-    """Prometheus counters, gauges and a latency histogram, written out by hand."""
+    """One app's metrics, in its own registry."""
 
-    BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, math.inf)
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.requests: dict[tuple[str, str, str], int] = {}
-        self.audio_seconds = 0.0
-        self.bytes_in = 0
-        self.bucket_counts = [0] * len(self.BUCKETS)
-        self.latency_sum = 0.0
-        self.latency_count = 0
-        self.in_flight = 0
+    def __init__(self, runner: ModelRunner):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("asr_http_requests", "HTTP requests answered, by method, path and status code.",
+                                ["method", "path", "code"], registry=self.registry)
+        self.audio_seconds = Counter("asr_audio_seconds", "Seconds of audio transcribed (the responses' duration).",
+                                     registry=self.registry)
+        self.bytes_in = Counter("asr_request_bytes", "Request body bytes received by the transcription routes.",
+                                registry=self.registry)
+        self.latency = Histogram(
+            "asr_request_duration_seconds",
+            "Latency of transcription requests (POST /, /predict, /v1/audio/*), every status code.",
+            buckets=BUCKETS, registry=self.registry)
+        self.in_flight = Gauge("asr_requests_in_flight",
+                               "Transcription requests being handled (reading, queued or running).",
+                               registry=self.registry)
+        self.registry.register(RunnerCollector(runner))
 
     def add_in_flight(self, delta: int) -> None:
-        with self._lock:
-            self.in_flight += delta
+        self.in_flight.inc(delta)
 
     def record(self, method: str, path: str, status: int, seconds: float, inference: bool,
                audio_seconds: Optional[float], bytes_in: int) -> None:
-        with self._lock:
-            key = (method, path, str(status))
-            self.requests[key] = self.requests.get(key, 0) + 1
-            if inference:
-                self.bytes_in += bytes_in
-                self.latency_sum += seconds
-                self.latency_count += 1
-                for i, bound in enumerate(self.BUCKETS):
-                    if seconds <= bound:
-                        self.bucket_counts[i] += 1
-                if audio_seconds:
-                    self.audio_seconds += audio_seconds
+        self.requests.labels(method, path, str(status)).inc()
+        if inference:
+            self.bytes_in.inc(bytes_in)
+            self.latency.observe(seconds)
+            if audio_seconds:
+                self.audio_seconds.inc(audio_seconds)
 
-    def render(self, runner: ModelRunner) -> str:
-        lines: list[str] = []
+    def exposition(self, accept: Optional[str]) -> tuple[bytes, str]:
+        """``/metrics``: the body and its content type, in the format the ``Accept`` header asks
+        for (prometheus_client's choice; the text format 0.0.4 by default)."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
 
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for suffix, value in samples:
-                lines.append(f"{name}{suffix} {_num(value)}")
 
-        with self._lock:
-            metric("asr_http_requests_total", "counter",
-                   "HTTP requests answered, by method, path and status code.",
-                   [(f'{{method="{_label(m)}",path="{_label(p)}",code="{_label(c)}"}}', n)
-                    for (m, p, c), n in sorted(self.requests.items())])
-            metric("asr_audio_seconds_total", "counter",
-                   "Seconds of audio transcribed (the responses' duration).", [("", self.audio_seconds)])
-            metric("asr_request_bytes_total", "counter",
-                   "Request body bytes received by the transcription routes.", [("", self.bytes_in)])
-            # bucket_counts are cumulative already: each observation counts in every bucket >= it
-            cumulative = [(f'_bucket{{le="{_num(bound)}"}}', count)
-                          for bound, count in zip(self.BUCKETS, self.bucket_counts)]
-            metric("asr_request_duration_seconds", "histogram",
-                   "Latency of transcription requests (POST /, /predict, /v1/audio/*), every status code.",
-                   cumulative + [("_sum", self.latency_sum), ("_count", self.latency_count)])
-            in_flight = self.in_flight
+class RunnerCollector(Collector):
+    """The values the runner and the loaded handler own, read at every scrape: the queue, the
+    refusals, whether the model is ready, its load time, the patch report and assisted='auto''s
+    measurements."""
+
+    def __init__(self, runner: ModelRunner):
+        self.runner = runner
+
+    def collect(self) -> Iterator[Metric]:
+        runner = self.runner
         waiting, running_now = runner.counts()
-        metric("asr_requests_in_flight", "gauge",
-               "Transcription requests being handled (reading, queued or running).", [("", in_flight)])
-        metric("asr_queue_depth", "gauge", "Requests waiting for the model.", [("", waiting)])
-        metric("asr_queue_limit", "gauge",
-               "MAX_QUEUE: requests that may wait for the model beside the one it runs.",
-               [("", runner.max_queue)])
-        metric("asr_requests_rejected_queue_full_total", "counter",
-               "Transcription requests refused with 503 because MAX_QUEUE requests were waiting.",
-               [("", runner.rejected_queue_full)])
-        metric("asr_requests_dropped_disconnected_total", "counter",
-               "Queued requests dropped before the model ran them because their client disconnected.",
-               [("", runner.dropped_disconnected)])
-        metric("asr_inference_running", "gauge", "Requests the model is working on (0 or 1).",
-               [("", running_now)])
-        metric("asr_model_ready", "gauge", "1 once the model is loaded, 0 while loading or after a failed load.",
-               [("", 1 if runner.ready else 0)])
+        yield GaugeMetricFamily("asr_queue_depth", "Requests waiting for the model.", value=waiting)
+        yield GaugeMetricFamily("asr_queue_limit",
+                                "MAX_QUEUE: requests that may wait for the model beside the one it runs.",
+                                value=runner.max_queue)
+        yield CounterMetricFamily(
+            "asr_requests_rejected_queue_full",
+            "Transcription requests refused with 503 because MAX_QUEUE requests were waiting.",
+            value=runner.rejected_queue_full)
+        yield CounterMetricFamily(
+            "asr_requests_dropped_disconnected",
+            "Queued requests dropped before the model ran them because their client disconnected.",
+            value=runner.dropped_disconnected)
+        yield GaugeMetricFamily("asr_inference_running", "Requests the model is working on (0 or 1).",
+                                value=running_now)
+        yield GaugeMetricFamily("asr_model_ready",
+                                "1 once the model is loaded, 0 while loading or after a failed load.",
+                                value=1 if runner.ready else 0)
         if runner.load_seconds is not None:
-            metric("asr_model_load_seconds", "gauge", "Seconds the model took to load.",
-                   [("", round(runner.load_seconds, 3))])
+            yield GaugeMetricFamily("asr_model_load_seconds", "Seconds the model took to load.",
+                                    value=round(runner.load_seconds, 3))
         report = getattr(runner.handler, "patch_report", None)
         if report:
-            metric("asr_patch_applied", "gauge",
-                   "1 for each change to transformers' or pyannote's internals that applied at load, 0 "
-                   "for one skipped (GET /health says why).",
-                   [(f'{{target="{_label(r.target)}",name="{_label(r.name)}",'
-                     f'changes_output="{str(r.changes_output).lower()}"}}', 1 if r.applied else 0)
-                    for r in report])
-        policy = getattr(getattr(runner.handler, "asr", None), "assist_policy", None)
-        if policy is not None and getattr(runner.handler.asr, "assistant", None) is not None:
-            snap = policy.snapshot()
-            metric("asr_auto_decode_seconds_per_audio_second", "gauge",
-                   "Median decode time per second of one-window audio, by mode, that assisted='auto' "
-                   "chooses from.", [(f'{{mode="{m}"}}', v["median_s_per_audio_s"]) for m, v in snap.items()
-                                     if v["median_s_per_audio_s"] is not None])
-        return "\n".join(lines) + "\n"
+            patches = GaugeMetricFamily(
+                "asr_patch_applied",
+                "1 for each change to transformers' or pyannote's internals that applied at load, 0 "
+                "for one skipped (GET /health says why).", labels=["target", "name", "changes_output"])
+            for r in report:
+                patches.add_metric([r.target, r.name, str(r.changes_output).lower()], 1 if r.applied else 0)
+            yield patches
+        asr = getattr(runner.handler, "asr", None)
+        policy = getattr(asr, "assist_policy", None)
+        if policy is not None and getattr(asr, "assistant", None) is not None:
+            speeds = GaugeMetricFamily(
+                "asr_auto_decode_seconds_per_audio_second",
+                "Median decode time per second of one-window audio, by mode, that assisted='auto' "
+                "chooses from.", labels=["mode"])
+            for mode, v in policy.snapshot().items():
+                if v["median_s_per_audio_s"] is not None:
+                    speeds.add_metric([mode], v["median_s_per_audio_s"])
+            yield speeds
