@@ -2,22 +2,28 @@
 
 * :class:`ModelSettings` -- what the endpoint loads, read from environment variables when the
   handler is built (never at import).
+* :class:`ServerSettings` -- our HTTP server's own settings (``HOST``, ``PORT``, ...), read from
+  environment variables when the server starts.
 * :class:`InferenceConfig` -- the per-request ``parameters``, validated with messages that say what
   is wrong and what is allowed. Validation that depends on the loaded models (is there an
   assistant? is the model English-only?) reads a :class:`ModelCapabilities` passed as context.
+  Parameters given as text (a query string, form fields) are read by each field's declared type
+  (:meth:`InferenceConfig.parameters_from_strings`): ``prompt=1984`` stays text.
 
 No torch import here: this module is pure validation.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo,
-                      field_validator, model_validator)
+                      create_model, field_validator, model_validator)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from speaker_asr.errors import RequestError
@@ -132,6 +138,104 @@ class ModelSettings(BaseSettings):
 
     def token(self) -> Optional[str]:
         return self.hf_token.get_secret_value() if self.hf_token else None
+
+
+DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
+# requests that may wait for the model beside the one it runs: each holds its body (up to
+# MAX_BODY_BYTES, 100 MiB by default) in memory, so 8 bound the queued uploads to 800 MiB; and a
+# ninth request would wait for eight transcriptions first (minutes for long audio), longer than
+# most clients' timeouts
+DEFAULT_MAX_QUEUE = 8
+MIN_API_KEY_CHARS = 16
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+_API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
+
+
+class ServerSettings(BaseSettings):
+    """Our HTTP server's own settings (speaker_asr/serving/app.py), from environment variables
+    (case-insensitive); the models' are :class:`ModelSettings`. :meth:`from_env` turns a bad
+    value into one ValueError naming the variable and what it may be (never showing the key)."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, env_ignore_empty=True,
+                                      hide_input_in_errors=True)
+
+    host: str = Field("0.0.0.0", description="interface to listen on")
+    port: int = Field(8080, ge=0, le=65535, description="port to listen on")
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1,
+                                description="largest request body in bytes (413 above)")
+    max_queue: int = Field(DEFAULT_MAX_QUEUE, ge=0, le=10_000,
+                           description="requests that may wait for the model beside the one it runs")
+    api_key: Optional[SecretStr] = Field(
+        None, description="when set, every route but /health needs 'Authorization: Bearer <key>'")
+    log_level: Literal[LOG_LEVELS] = Field("info", description="'debug' also logs health checks")
+
+    @field_validator("host", mode="before")
+    @classmethod
+    def _host(cls, v):
+        return v.strip() if isinstance(v, str) else v
+
+    @field_validator("port", "max_body_bytes", "max_queue", mode="before")
+    @classmethod
+    def _whole_number(cls, v):
+        # 100_000_000 reads as written; anything but digits is refused by the int field
+        return v.strip().replace("_", "") if isinstance(v, str) else v
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level(cls, v):
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _api_key(cls, v):
+        if isinstance(v, SecretStr):
+            v = v.get_secret_value()
+        if v is None or not isinstance(v, str) or not v.strip():
+            return None
+        key = v.strip()
+        if not _API_KEY_CHARS.fullmatch(key):
+            raise ValueError("API_KEY may hold only printable ASCII characters without spaces (it "
+                             "travels in the Authorization header)")
+        if len(key) < MIN_API_KEY_CHARS:
+            raise ValueError(f"API_KEY is {len(key)} characters long; use at least "
+                             f"{MIN_API_KEY_CHARS} (e.g. the output of: openssl rand -hex 32)")
+        return SecretStr(key)
+
+    def key(self) -> Optional[str]:
+        return self.api_key.get_secret_value() if self.api_key else None
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> "ServerSettings":
+        """The settings from the environment (``overrides`` win: ``--host``, ``--port``); a bad
+        value raises ValueError naming the variable and what is allowed."""
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors(include_url=False):
+                name = str(err["loc"][0]).upper() if err.get("loc") else "setting"
+                text = err.get("msg", "").removeprefix("Value error, ")
+                if err.get("type") != "value_error":
+                    shown = "" if name == "API_KEY" else f"={_shown(err.get('input'))}"
+                    info = cls.model_fields.get(name.lower())
+                    if name == "LOG_LEVEL":
+                        allowed = f"use one of {', '.join(LOG_LEVELS)}"
+                    elif info is not None and info.annotation is int:
+                        allowed = f"use a whole number {_bounds(info)}"
+                    else:
+                        allowed = text
+                    text = f"{name}{shown} is not valid: {allowed}"
+                problems.append(text)
+            raise ValueError("; ".join(problems)) from None
+
+
+def _bounds(info: Any) -> str:
+    bounds = []
+    for m in info.metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                bounds.append(f"{sym} {getattr(m, attr)}")
+    return " and ".join(bounds)
 
 
 @dataclass(frozen=True)
@@ -369,7 +473,56 @@ class InferenceConfig(BaseModel):
         try:
             return cls.model_validate(parameters, context={"capabilities": capabilities})
         except ValidationError as exc:
-            raise RequestError(describe_validation_error(exc), param=_first_parameter(exc)) from None
+            raise _request_error(exc) from None
+
+    @classmethod
+    def parameters_from_strings(cls, values: Mapping[str, Union[str, Sequence[str]]]) -> dict[str, Any]:
+        """Parameters given as text (a query string, form fields; a key given several times as a
+        list of its texts) -> the JSON values they stand for, each read by its field's declared
+        type, not guessed from the text: ``num_speakers=2`` is the integer 2, ``temperature=0.2``
+        a number, ``assisted=true`` a boolean (or ``auto``), ``prompt=1984`` and
+        ``language=en`` text. A list field (``speaker_names``, ``known_speaker_names``, ...) is a
+        list even when given once; ``temperature`` given several times is a list. A value that
+        is not text (an uploaded clip already in base64) is taken as it is. Unknown names and
+        values of the wrong type raise RequestError, as :meth:`from_request` does; the rules
+        across parameters (and those that depend on the models) are left to it."""
+        shaped: dict[str, Any] = {}
+        for name, value in values.items():
+            texts = list(value) if isinstance(value, (list, tuple)) else [value]
+            shaped[name] = texts if len(texts) != 1 or name in _list_fields() else texts[0]
+        try:
+            read = _fields_from_strings().model_validate(shaped)
+        except ValidationError as exc:
+            raise _request_error(exc) from None
+        return read.model_dump(exclude_unset=True)
+
+
+def _list_fields() -> frozenset:
+    """The parameters whose value is always a list (``speaker_names``, ...)."""
+    names = set()
+    for name, info in InferenceConfig.model_fields.items():
+        args = [a for a in typing.get_args(info.annotation) if a is not type(None)] or [info.annotation]
+        if len(args) == 1 and typing.get_origin(args[0]) is list:
+            names.add(name)
+    return frozenset(names)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_from_strings() -> type[BaseModel]:
+    """InferenceConfig's fields (types, bounds) without its rules across fields, in pydantic's
+    lax mode: text is converted by each field's type (``"2"`` to an int field is 2, to a text
+    field ``"2"``); NaN and infinities are refused."""
+    fields = {name: (info.annotation, info) for name, info in InferenceConfig.model_fields.items()}
+    return create_model("ParametersFromStrings", __config__=ConfigDict(
+        extra="forbid", strict=False, allow_inf_nan=False, hide_input_in_errors=False), **fields)
+
+
+def _request_error(exc: ValidationError) -> RequestError:
+    """The RequestError for a failed validation of the parameters: its message, the parameter
+    at fault and, for an unknown name, the code ``unknown_parameter``."""
+    errors = exc.errors(include_url=False)
+    code = "unknown_parameter" if errors and errors[0].get("type") == "extra_forbidden" else None
+    return RequestError(describe_validation_error(exc), param=_first_parameter(exc), code=code)
 
 
 _ALLOWED_TEXT = {

@@ -7,7 +7,8 @@ without its text (it can hold paths, tokens or library internals). It is a ``Val
 code that catches those (the Inference Endpoints toolkit answers everything ``400``) still works.
 
 ``param`` names the request parameter at fault when one is (``num_speakers``; ``inputs`` for the
-audio itself), for APIs whose error object has a field for it (the OpenAI-compatible routes).
+audio itself), for APIs whose error object has a field for it (the OpenAI-compatible routes);
+``code`` says what kind of mistake it is when an API names kinds (``unknown_parameter``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Optional
 
 class RequestError(ValueError):
     """A mistake in the request; ``str(error)`` is safe and useful to send back. ``param``: the
-    parameter at fault, when one is."""
+    parameter at fault, when one is; ``code``: the kind of mistake (``unknown_parameter``), when
+    one is named."""
 
-    def __init__(self, message: str = "", param: Optional[str] = None):
+    def __init__(self, message: str = "", param: Optional[str] = None, code: Optional[str] = None):
         super().__init__(message)
         self.param = param
+        self.code = code

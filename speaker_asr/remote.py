@@ -101,11 +101,12 @@ class RetryPolicy:
 
 
 def query_items(parameters: dict[str, Any]) -> list[tuple[str, str]]:
-    """``parameters`` as query-string pairs that our server reads back exactly as given
-    (``true``/``false``, numbers, repeated keys for lists); raises ValueError for what a query
-    string cannot carry (nested objects, reference clips, a string that would read back as a
-    number or a boolean) -- those need the JSON body."""
-    from speaker_asr.serving.negotiation import collect_parameters
+    """``parameters`` as query-string pairs that our server reads back exactly as given (each
+    by its declared type: ``true``/``false``, numbers, a ``prompt`` of ``1984`` as text, repeated
+    keys for lists); raises ValueError for what a query string cannot carry (nested objects,
+    reference clips, a one-item ``temperature`` list) -- those need the JSON body -- and for an
+    unknown parameter or a value of the wrong type (the server's message)."""
+    from speaker_asr.serving.negotiation import parameters_from_text
 
     def text(key: str, value: Any) -> str:
         if isinstance(value, bool):
@@ -124,16 +125,15 @@ def query_items(parameters: dict[str, Any]) -> list[tuple[str, str]]:
     for key, value in parameters.items():
         values = value if isinstance(value, (list, tuple)) else [value]
         items.extend((key, text(key, v)) for v in values)
-    back = collect_parameters(items)
+    if sum(len(k) + len(v) + 2 for k, v in items) > MAX_QUERY_CHARS:
+        raise ValueError(f"the parameters are longer than {MAX_QUERY_CHARS} characters as a query "
+                         "string: use --body json (the default)")
+    back = parameters_from_text(items)
     wrong = sorted(k for k in parameters if back.get(k) != (list(parameters[k]) if isinstance(
         parameters[k], tuple) else parameters[k]))
     if wrong:
         raise ValueError(f"{', '.join(repr(k) for k in wrong)} would not read back as given from a "
-                         "query string (a one-item list, or text that looks like a number or "
-                         "true/false): use --body json (the default)")
-    if sum(len(k) + len(v) + 2 for k, v in items) > MAX_QUERY_CHARS:
-        raise ValueError(f"the parameters are longer than {MAX_QUERY_CHARS} characters as a query "
-                         "string: use --body json (the default)")
+                         "query string (a one-item temperature list): use --body json (the default)")
     return items
 
 

@@ -173,3 +173,55 @@ def test_long_form_rules():
             "long_form 'chunked'")
     rejects({"long_form": "sequential", "chunk_length_s": 10.0}, "30 s window", "chunk_length_s=10")
     rejects({"long_form": "sliding"}, "expected 'chunked' or 'sequential'")
+
+
+def test_parameters_given_as_text_are_read_by_their_declared_types():
+    from speaker_asr.errors import RequestError
+
+    read = InferenceConfig.parameters_from_strings
+    assert read({"prompt": "1984", "language": "2", "num_speakers": "2", "temperature": "0.2",
+                 "assisted": "auto", "vad_filter": "false", "speaker_names": "Ann"}) == {
+        "prompt": "1984", "language": "2", "num_speakers": 2, "temperature": 0.2, "assisted": "auto",
+        "vad_filter": False, "speaker_names": ["Ann"]}
+    assert read({"temperature": ["0", "0.4"], "assisted": "true", "known_speaker_names": ["A", "B"]}) == {
+        "temperature": [0.0, 0.4], "assisted": True, "known_speaker_names": ["A", "B"]}
+    for bad, fragments, code in (({"num_speakers": "two"}, ("invalid value for 'num_speakers': 'two'",
+                                                            "an integer >= 1 and <= 32"), None),
+                                 ({"temperature": "inf"}, ("'temperature'", "a number in [0, 1]"), None),
+                                 ({"num_speakers": ["1", "2"]}, ("'num_speakers'",), None),
+                                 ({"speakers": "2"}, ("unknown parameter 'speakers'", "did you mean"),
+                                  "unknown_parameter")):
+        with pytest.raises(RequestError) as err:
+            read(bad)
+        assert all(f in str(err.value) for f in fragments), str(err.value)
+        assert err.value.code == code and err.value.param == next(iter(bad))
+
+
+def test_unknown_parameter_error_carries_its_code():
+    from speaker_asr.errors import RequestError
+
+    with pytest.raises(RequestError) as err:
+        InferenceConfig.from_request({"speakers": 2}, ModelCapabilities())
+    assert err.value.code == "unknown_parameter" and err.value.param == "speakers"
+    with pytest.raises(RequestError) as err:
+        InferenceConfig.from_request({"num_speakers": 0}, ModelCapabilities())
+    assert err.value.code is None
+
+
+def test_server_settings_from_environment(monkeypatch):
+    from speaker_asr.config import ServerSettings
+
+    for var in ("HOST", "PORT", "MAX_BODY_BYTES", "MAX_QUEUE", "API_KEY", "LOG_LEVEL"):
+        monkeypatch.delenv(var, raising=False)
+    s = ServerSettings.from_env()
+    assert (s.host, s.port, s.max_body_bytes, s.max_queue, s.key(), s.log_level) == (
+        "0.0.0.0", 8080, 100 * 1024 * 1024, 8, None, "info")
+    monkeypatch.setenv("PORT", "abc")
+    with pytest.raises(ValueError, match=r"PORT='abc' is not valid: use a whole number >= 0 and <= 65535"):
+        ServerSettings.from_env()
+    assert ServerSettings.from_env(port=9000).port == 9000
+    monkeypatch.setenv("PORT", "")
+    monkeypatch.setenv("API_KEY", "k" * 8)
+    with pytest.raises(ValueError, match="API_KEY is 8 characters long") as err:
+        ServerSettings.from_env()
+    assert "k" * 8 not in str(err.value)

@@ -304,22 +304,27 @@ def test_raw_body_with_query_parameters(serve):
     eng = engine(server.url, body="raw")
     assert eng.render_locally  # the formats are written here from the plain json answer
     respond(eng, audio=b"fLaC...", parameters={"num_speakers": 2, "assisted": True, "speaker_match_threshold": 0.7,
-                                               "known_speaker_names": ["Ann"], "prompt": "Ada"},
+                                               "known_speaker_names": ["Ann"], "prompt": "1984"},
             source=Path("call.FLAC"))
     request = server.requests[0]
     assert request["body"] == b"fLaC..." and request["headers"]["Content-Type"] == "audio/flac"
     assert request["query"] == [("num_speakers", "2"), ("assisted", "true"), ("speaker_match_threshold", "0.7"),
-                                ("known_speaker_names", "Ann"), ("prompt", "Ada")]
+                                ("known_speaker_names", "Ann"), ("prompt", "1984")]  # read back as text
 
 
 def test_query_items_read_back_as_given_or_are_refused():
-    from speaker_asr.serving.negotiation import collect_parameters
+    from speaker_asr.serving.negotiation import parameters_from_text
 
-    params = {"num_speakers": 2, "temperature": [0.0, 0.2], "vad_filter": False, "language": "en"}
-    assert collect_parameters(query_items(params)) == params
-    for bad, fragment in (({"prompt": "1984"}, "'prompt' would not read back"),
-                          ({"prompt": "true"}, "'prompt' would not read back"),
-                          ({"temperature": [0.2]}, "'temperature' would not read back"),
+    params = {"num_speakers": 2, "temperature": [0.0, 0.2], "vad_filter": False, "language": "en",
+              "speaker_names": ["Ann"]}
+    assert parameters_from_text(query_items(params)) == params
+    # each value is read by its parameter's type: text that looks like a number stays text
+    for given in ({"prompt": "1984"}, {"prompt": "true"}, {"language": "2"}, {"temperature": 0.2}):
+        assert query_items(given) == [(k, str(v).lower()) for k, v in given.items()]
+        assert parameters_from_text(query_items(given)) == given
+    for bad, fragment in (({"temperature": [0.2]}, "'temperature' would not read back"),
+                          ({"num_speakers": "two"}, "invalid value for 'num_speakers'"),
+                          ({"speakers": 2}, "unknown parameter 'speakers'"),
                           ({"known_speaker_references": ["UklGRg=="]}, "clips cannot go in a query string"),
                           ({"x": {"a": 1}}, "cannot go in a query string"),
                           ({"prompt": "word " * 2000}, "longer than 8000 characters")):
@@ -436,7 +441,8 @@ def test_the_command_line_retries_then_writes(serve, tmp_path):
     (["--token", "x"], "--token is for --url"),
     (["--concurrency", "3", "--max-wait", "5"], "--concurrency, --max-wait are for --url"),
     (["--url", "localhost:8080"], "is not an http:// or https:// URL"),
-    (["--url", "http://127.0.0.1:9", "--body", "raw", "--prompt", "1984"], "'prompt' would not read back"),
+    (["--url", "http://127.0.0.1:9", "--body", "raw", "--param", "num_speakers=two"],
+     "invalid value for 'num_speakers': 'two'"),
     (["--url", "http://127.0.0.1:9", "--concurrency", "0"], "must be 1 or more"),
     (["--url", "http://127.0.0.1:9", "--max-wait", "-1"], "must be a number of seconds above 0"),
 ])

@@ -24,8 +24,13 @@ Beyond the toolkit:
   dropped before the model runs it (runner.py).
 
 Environment: ``HOST`` (0.0.0.0), ``PORT`` (8080), ``MAX_BODY_BYTES`` (100 MiB), ``MAX_QUEUE`` (8),
-``API_KEY`` (none), ``LOG_LEVEL`` (info), plus the handler's model settings (``ASR_MODEL``, ...
-see config.py).
+``API_KEY`` (none), ``LOG_LEVEL`` (info): :class:`~speaker_asr.config.ServerSettings`; plus the
+handler's model settings (``ASR_MODEL``, ... :class:`~speaker_asr.config.ModelSettings`).
+
+The app is two Starlette apps under one that logs and counts every request: the root app
+(health, metrics, ``POST /``; errors as ``{"error": message}``) and the ``/v1`` app mounted on it
+(openai_api.py; errors as OpenAI's error object), each with its own exception handlers and API-key
+check. Both transcription routes run :class:`~speaker_asr.serving.request_path.RequestPath`.
 """
 
 from __future__ import annotations
@@ -44,28 +49,22 @@ from typing import Any, Callable, Optional
 
 from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
-from speaker_asr.errors import RequestError
+from speaker_asr.config import ServerSettings
 from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_library_logs,
-                                               configure_logging, log_level, refresh_secrets, scrub)
+                                               configure_logging, refresh_secrets, scrub)
 from speaker_asr.serving import openai_api
 from speaker_asr.serving.metrics import Metrics
-from speaker_asr.serving.negotiation import (LEFT_DURING_BODY, LEFT_WHILE_QUEUED,
-                                             LEFT_WHILE_RUNNING, HttpError, client_left, error_body,
-                                             parse_request, read_body, request_info)
-from speaker_asr.serving.runner import (DEFAULT_MAX_QUEUE, ClientGone, DisconnectWatch, ModelRunner,
-                                        QueueFull)
+from speaker_asr.serving.negotiation import HttpError, read_request
+from speaker_asr.serving.request_path import (ErrorBody, PreparedCall, RequestPath,
+                                              exception_handlers, request_info)
+from speaker_asr.serving.runner import ModelRunner
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (HF_MODEL_DIR by default)
-
-DEFAULT_HOST = "0.0.0.0"
-DEFAULT_PORT = 8080
-DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 
 PREDICT_PATHS = ("/", "/predict")
 HEALTH_PATHS = ("/", "/health")
@@ -80,8 +79,6 @@ KNOWN_PATHS = ("/", "/health", "/predict", "/metrics", openai_api.TRANSCRIPTIONS
 INFERENCE_PATHS = PREDICT_PATHS + (openai_api.TRANSCRIPTIONS, openai_api.TRANSLATIONS)
 # what API_KEY leaves open: the health check (orchestrators and load balancers send no key)
 OPEN_PATHS = ("/health",)
-MIN_API_KEY_CHARS = 16
-_API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
 
 
 def _metric_path(path: str) -> str:
@@ -135,9 +132,9 @@ class RequestContextMiddleware:
         except Exception:
             logger.exception("internal error on %s %s", method, path)
             info["error"] = "internal error"
-            if info["status"] is None:
-                response = JSONResponse(error_body(path, HttpError(500, ""),
-                                                   f"internal error (request id {request_id})"),
+            if info["status"] is None:  # the apps answer their own errors; this is a last resort
+                response = JSONResponse(plain_error_body(HttpError(500, ""),
+                                                         f"internal error (request id {request_id})"),
                                         status_code=500)
                 try:
                     await response(scope, counting_receive, send_with_id)
@@ -168,14 +165,15 @@ class RequestContextMiddleware:
 
 class ApiKeyMiddleware:
     """With ``API_KEY`` set: every request but ``GET /health`` must carry ``Authorization: Bearer
-    <key>``; anything else is answered 401 in the route's own error shape, before its body is
-    read (uvicorn reads and drops a body the app leaves unread, so a client still uploading reads
-    the answer). The key is compared in constant time (of SHA-256 digests: not even its length
-    leaks) and never logged or echoed."""
+    <key>``; anything else is answered 401 in the app's own error shape (``error_body``), before
+    its body is read (uvicorn reads and drops a body the app leaves unread, so a client still
+    uploading reads the answer). The key is compared in constant time (of SHA-256 digests: not
+    even its length leaks) and never logged or echoed."""
 
-    def __init__(self, app, api_key: Optional[str]):
+    def __init__(self, app, api_key: Optional[str], error_body: ErrorBody):
         self.app = app
         self.digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
+        self.error_body = error_body
 
     def authorized(self, header: Optional[bytes]) -> tuple[bool, str]:
         """(whether ``header`` carries the key, what is wrong when not)."""
@@ -204,17 +202,14 @@ class ApiKeyMiddleware:
         if info is not None:
             info["error"] = problem
         code = "missing_api_key" if not header else "invalid_api_key"
-        response = JSONResponse(error_body(scope["path"], HttpError(401, problem, code=code), problem),
+        response = JSONResponse(self.error_body(HttpError(401, problem, code=code), problem),
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
 
 
-def _error(request: Request, exc: HttpError) -> JSONResponse:
-    """The error in the route's own shape: OpenAI's error object on /v1, ``{"error"}`` elsewhere."""
-    message = scrub(exc.message)
-    request_info(request)["error"] = message
-    return JSONResponse(error_body(request.url.path, exc, message), status_code=exc.status,
-                        headers=exc.headers)
+def plain_error_body(exc: HttpError, message: str) -> dict[str, Any]:
+    """An error on the root app (``POST /``, health, metrics): ``{"error": message}``."""
+    return {"error": message}
 
 
 def default_handler_factory() -> Callable[[dict], Any]:
@@ -225,52 +220,13 @@ def default_handler_factory() -> Callable[[dict], Any]:
     return EndpointHandler(path=os.environ.get("HF_MODEL_DIR") or str(ROOT))
 
 
-def _env_int(name: str, default: int, minimum: int = 0, maximum: Optional[int] = None) -> int:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
+def server_settings(**overrides: Any) -> ServerSettings:
+    """:class:`ServerSettings` from the environment (``overrides`` win); ConfigError naming the
+    bad variable and what it may be (never the key)."""
     try:
-        value = int(raw.strip().replace("_", ""))
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise ConfigError(f"{name}={value} must be {bound}")
-    return value
-
-
-def max_body_bytes_from_env() -> int:
-    return _env_int("MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, minimum=1)
-
-
-def max_queue_from_env() -> int:
-    return _env_int("MAX_QUEUE", DEFAULT_MAX_QUEUE, minimum=0, maximum=10_000)
-
-
-def api_key_from_env() -> Optional[str]:
-    """``API_KEY``, or None when unset or empty; ConfigError for a key too short to be safe or
-    with characters a header cannot carry (the message never shows the key)."""
-    raw = os.environ.get("API_KEY")
-    if raw is None or not raw.strip():
-        return None
-    key = raw.strip()
-    if not _API_KEY_CHARS.fullmatch(key):
-        raise ConfigError("API_KEY may hold only printable ASCII characters without spaces (it "
-                          "travels in the Authorization header)")
-    if len(key) < MIN_API_KEY_CHARS:
-        raise ConfigError(f"API_KEY is {len(key)} characters long; use at least {MIN_API_KEY_CHARS} "
-                          "(e.g. the output of: openssl rand -hex 32)")
-    return key
-
-
-async def wait_for_result(runner: ModelRunner, job, watch: DisconnectWatch, info: dict) -> None:
-    """Wait for ``job`` (submitted by the caller); ClientGone when its client disconnected before
-    the model started on it (dropped). Records the queue and model times."""
-    try:
-        await runner.wait(job, watch)
-    finally:
-        info["queue_ms"] = round(job.queued_seconds * 1000, 1)
-        info["inference_ms"] = round(job.run_seconds * 1000, 1)
+        return ServerSettings.from_env(**overrides)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 _UNSET: Any = object()
@@ -279,16 +235,23 @@ _UNSET: Any = object()
 def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = None,
                max_body_bytes: Optional[int] = None, max_queue: Optional[int] = None,
                api_key: Optional[str] = _UNSET,
-               keepalive_s: float = openai_api.DEFAULT_KEEPALIVE_S) -> Starlette:
+               keepalive_s: float = openai_api.DEFAULT_KEEPALIVE_S,
+               settings: Optional[ServerSettings] = None) -> Starlette:
     """The ASGI app. ``handler_factory`` builds the handler (called once, on the worker thread,
-    when the app starts); by default ``handler.EndpointHandler()``. ``max_body_bytes``,
-    ``max_queue``, ``api_key``: by default from the environment (MAX_BODY_BYTES, MAX_QUEUE,
-    API_KEY); ``keepalive_s``: seconds between keep-alive comments of an event stream."""
+    when the app starts); by default ``handler.EndpointHandler()``. ``settings``: by default from
+    the environment (:class:`ServerSettings`); ``max_body_bytes``, ``max_queue`` and ``api_key``
+    override them; ``keepalive_s``: seconds between keep-alive comments of an event stream."""
     refresh_secrets()
-    limit = max_body_bytes if max_body_bytes is not None else max_body_bytes_from_env()
-    queue_limit = max_queue if max_queue is not None else max_queue_from_env()
-    key = api_key_from_env() if api_key is _UNSET else api_key
+    settings = settings or server_settings()
+    overrides = {name: value for name, value in (("max_body_bytes", max_body_bytes),
+                                                 ("max_queue", max_queue)) if value is not None}
+    if api_key is not _UNSET:
+        overrides["api_key"] = api_key
+    if overrides:  # validated as the environment's values are
+        settings = server_settings(**{**settings.model_dump(), **overrides})
+    limit, queue_limit, key = settings.max_body_bytes, settings.max_queue, settings.key()
     runner = ModelRunner(handler_factory or default_handler_factory, max_queue=queue_limit)
+    path = RequestPath(runner, limit)
     metrics = Metrics(runner)
 
     async def health(request: Request) -> Response:
@@ -297,70 +260,20 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
             body["reason"] = scrub(body["reason"])
         return JSONResponse(body, status_code=status, headers=headers)
 
+    async def read(request: Request) -> PreparedCall:
+        return PreparedCall(await read_request(request, limit))
+
     async def predict(request: Request) -> Response:
-        info = request_info(request)
-        ticket = watch = None
-        try:
-            ticket = await admit(request)
-            body_bytes = await read_body(request, limit)
-            data = await parse_request(request, body_bytes)
-            del body_bytes
-            try:
-                runner.precheck(data)
-                watch = DisconnectWatch(request.receive)
-                job = runner.submit(data, ticket=ticket)
-                del data  # the job holds the audio now: dropped with it if the client goes
-                await wait_for_result(runner, job, watch, info)
-                result = job.future.result()
-            except RequestError as exc:  # the client's mistake; anything else is a 500
-                raise HttpError(400, str(exc) or type(exc).__name__, param=exc.param) from None
-        except HttpError as exc:
-            return _error(request, exc)
-        except ClientDisconnect:
-            return client_left(info, LEFT_DURING_BODY)
-        except ClientGone:
-            return client_left(info, LEFT_WHILE_QUEUED)
-        finally:
-            if ticket is not None:
-                ticket.release()
-            if watch is not None:
-                watch.close()
-        if watch.gone.is_set():
-            return client_left(info, LEFT_WHILE_RUNNING)
+        call = await path.run(request, read)
+        result = call.future.result()
         if isinstance(result, dict) and isinstance(result.get("duration"), (int, float)):
-            info["audio_seconds"] = float(result["duration"])
+            request_info(request)["audio_seconds"] = float(result["duration"])
         payload = json.dumps(result, ensure_ascii=False, allow_nan=False)
         return Response(payload, media_type="application/json")
-
-    async def admit(request: Request):
-        """A place in the queue for this request, before its body is read; HttpError 503 while
-        the model is not ready or when the queue is full (with Retry-After)."""
-        if not runner.ready:
-            status, body, headers = runner.status()
-            code = "model_loading" if runner.state == "loading" else "model_failed"
-            if runner.state == "failed":  # retrying will not help until the server is fixed
-                headers = {**headers, "X-Should-Retry": "false"}
-            raise HttpError(503, body["reason"], headers, code=code)
-        try:
-            return runner.admit()
-        except QueueFull as exc:
-            raise HttpError(503, str(exc), {"Retry-After": str(exc.retry_after)},
-                            code="queue_full") from None
 
     async def metrics_endpoint(request: Request) -> Response:
         body, content_type = metrics.exposition(request.headers.get("accept"))
         return Response(body, media_type=content_type)
-
-    async def http_error(request: Request, exc: HTTPException) -> Response:
-        if exc.status_code == 404:
-            message = (f"no such route: {request.method} {request.url.path}; use POST / or "
-                       "/predict, GET /health, GET /metrics, POST /v1/audio/transcriptions, POST "
-                       "/v1/audio/translations or GET /v1/models")
-        elif exc.status_code == 405:
-            message = f"method {request.method} is not allowed on {request.url.path}"
-        else:
-            message = str(exc.detail)
-        return _error(request, HttpError(exc.status_code, message, dict(exc.headers or {})))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -372,42 +285,47 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         finally:
             runner.stop()
 
-    v1 = openai_api.OpenAIRoutes(runner, limit, admit, _error, keepalive_s)
-    app = Starlette(
+    root = Starlette(
         routes=[
             Route("/", health, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/", predict, methods=["POST"]),
             Route("/predict", predict, methods=["POST"]),
-            *v1.routes(),
         ],
-        middleware=[Middleware(RequestContextMiddleware, metrics=metrics),
-                    Middleware(ApiKeyMiddleware, api_key=key)],
-        exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=plain_error_body)],
+        exception_handlers=exception_handlers(plain_error_body),
+    )
+    v1 = Starlette(
+        routes=openai_api.OpenAIRoutes(path, keepalive_s).routes(),
+        middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=openai_api.error_body)],
+        exception_handlers=exception_handlers(openai_api.error_body),
+    )
+    app = Starlette(
+        routes=[Mount(openai_api.PREFIX, app=v1), Mount("", app=root)],
+        middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
         lifespan=lifespan,
     )
     app.state.runner = runner
     app.state.metrics = metrics
+    app.state.settings = settings
     app.state.max_body_bytes = limit
     app.state.max_queue = queue_limit
     return app
 
 
 def serve(host: Optional[str] = None, port: Optional[int] = None) -> None:
-    """Run the server with uvicorn (one process: the model is loaded once)."""
+    """Run the server with uvicorn (one process: the model is loaded once); ``host`` and
+    ``port`` win over HOST and PORT."""
     import uvicorn
 
-    level = log_level()
-    host = host or os.environ.get("HOST") or DEFAULT_HOST
-    if port is None:
-        port = _env_int("PORT", DEFAULT_PORT, minimum=0, maximum=65535)
-    elif not 0 <= port <= 65535:
-        raise ConfigError(f"port {port} must be between 0 and 65535")
-    configure_logging(level)
-    app = create_app()
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False,
-                            log_level=level, lifespan="on", server_header=False)
+    given = {"host": host, "port": port}
+    settings = server_settings(**{name: value for name, value in given.items() if value is not None})
+    configure_logging(settings.log_level)
+    app = create_app(settings=settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
+                            access_log=False, log_level=settings.log_level, lifespan="on",
+                            server_header=False)
     uvicorn.Server(config).run()
 
 

@@ -1,6 +1,8 @@
-"""Content negotiation and request parsing: HttpError, the accepted media types, audio sniffing,
-query/form value coercion, the body size limit, and the handler's ``data`` from a JSON, raw-audio
-or multipart request."""
+"""Content negotiation and request reading: HttpError, the accepted media types, audio sniffing,
+the body size limit (enforced while the body streams in), the one multipart reader
+(:func:`read_form`, used by ``POST /`` and by the ``/v1`` routes), parameters given as text
+(read by each parameter's declared type: :meth:`InferenceConfig.parameters_from_strings`), and the
+handler's ``data`` from a JSON, raw-audio or multipart request."""
 
 from __future__ import annotations
 
@@ -8,19 +10,19 @@ import base64
 import json
 import math
 import re
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Union
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
 
 DRAIN_AFTER_LIMIT_BYTES = 1024 * 1024
 
 
 class HttpError(Exception):
-    """An HTTP error answered as ``{"error": message}`` (on ``/v1``: OpenAI's error object, with
-    ``param`` and ``code`` when they are known)."""
+    """An HTTP error, answered in the error shape of the app that raised it (``{"error":
+    message}`` on ``/``, OpenAI's error object on ``/v1``, with ``param`` and ``code``)."""
 
     def __init__(self, status: int, message: str, headers: Optional[dict] = None,
                  code: Optional[str] = None, param: Optional[str] = None):
@@ -30,27 +32,6 @@ class HttpError(Exception):
         self.headers = headers or {}
         self.code = code
         self.param = param
-
-
-OPENAI_PREFIX = "/v1"
-# OpenAI's error codes where our HttpError names none
-_DEFAULT_CODES = {401: "invalid_api_key", 404: "unknown_url", 405: "method_not_allowed",
-                  413: "request_too_large", 415: "unsupported_media_type", 500: "internal_error",
-                  503: "service_unavailable"}
-
-
-def is_openai_path(path: str) -> bool:
-    return path == OPENAI_PREFIX or path.startswith(OPENAI_PREFIX + "/")
-
-
-def error_body(path: str, exc: HttpError, message: str) -> dict[str, Any]:
-    """The error's JSON for a request to ``path``: OpenAI's error object on ``/v1``, else
-    ``{"error": message}``."""
-    if is_openai_path(path):
-        from speaker_asr.formats.openai_shapes import error_object
-
-        return error_object(message, exc.status, exc.param, exc.code or _DEFAULT_CODES.get(exc.status))
-    return {"error": message}
 
 
 # the audio types the inference toolkit lists, and a few more; any audio/* or video/* is accepted
@@ -67,8 +48,10 @@ _FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
 
 
 def coerce_value(value: str) -> Any:
-    """A query-string or form value as the JSON value it spells: ``true``/``false`` -> bool,
-    ``2`` -> int, ``0.5`` -> float; anything else stays a string (``en``, ``translate``)."""
+    """A ``KEY=VALUE`` text as the JSON value it spells: ``true``/``false`` -> bool, ``2`` -> int,
+    ``0.5`` -> float; anything else stays a string (``en``, ``translate``). For the command line's
+    ``--param`` and the scripts; the server reads parameters by their declared types instead
+    (:func:`parameters_from_text`)."""
     text = value.strip()
     if text.lower() == "true":
         return True
@@ -116,8 +99,9 @@ def sniff_audio(data: bytes) -> Optional[str]:
     return None
 
 
-def media_type(content_type: Optional[str]) -> str:
-    """``Audio/WAV; charset=x`` -> ``audio/wav``; missing -> ``""``."""
+def header_media_type(content_type: Optional[str]) -> str:
+    """The media type a Content-Type header names, without its parameters: ``Audio/WAV;
+    charset=x`` -> ``audio/wav``; no header -> ``""``."""
     return (content_type or "").split(";")[0].strip().lower()
 
 
@@ -140,33 +124,55 @@ def _too_large(limit: int, got: Optional[int] = None) -> HttpError:
                              "base64 JSON (a third larger)")
 
 
+def check_declared_length(request: Request, limit: int) -> None:
+    """413 by the Content-Length header, before anything is read; 400 for a header that is no
+    length."""
+    declared = request.headers.get("content-length")
+    if declared is None:
+        return
+    try:
+        length = int(declared)
+        if length < 0:
+            raise ValueError
+    except ValueError:
+        raise HttpError(400, f"invalid Content-Length header {declared[:40]!r}") from None
+    if length > limit:
+        raise _too_large(limit, length)
+
+
+def limited_receive(receive, limit: int):
+    """``receive`` that raises HttpError 413 once more than ``limit`` body bytes have arrived
+    (for a body sent chunked or without a length), after reading and dropping a little more, so
+    that a client just over the limit has sent its whole body and reads the 413 instead of a
+    connection reset."""
+    total = 0
+
+    async def receive_within_limit():
+        nonlocal total
+        message = await receive()
+        if message["type"] != "http.request":
+            return message
+        total += len(message.get("body", b""))
+        if total > limit:
+            more = message.get("more_body", False)
+            while more and total <= limit + DRAIN_AFTER_LIMIT_BYTES:
+                extra = await receive()
+                if extra["type"] != "http.request":
+                    break
+                total += len(extra.get("body", b""))
+                more = extra.get("more_body", False)
+            raise _too_large(limit)
+        return message
+
+    return receive_within_limit
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refusing it (413) by its Content-Length before reading anything, and while
     reading when it arrives chunked or without a length."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            length = int(declared)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            raise HttpError(400, f"invalid Content-Length header {declared[:40]!r}") from None
-        if length > limit:
-            raise _too_large(limit, length)
-    chunks, total = [], 0
-    stream = request.stream()
-    async for chunk in stream:
-        total += len(chunk)
-        if total > limit:
-            chunks.clear()
-            # read (and drop) a little more, so that a client just over the limit has sent its
-            # whole body and reads the 413 instead of a connection reset
-            async for extra in stream:
-                total += len(extra)
-                if total > limit + DRAIN_AFTER_LIMIT_BYTES:
-                    break
-            raise _too_large(limit)
-        chunks.append(chunk)
+    check_declared_length(request, limit)
+    limited = Request(request.scope, receive=limited_receive(request.receive, limit))
+    chunks = [chunk async for chunk in limited.stream()]
     return b"".join(chunks)
 
 
@@ -175,45 +181,64 @@ def request_info(request: Request) -> dict[str, Any]:
     return request.scope.get("state", {}).get("request_info") or {"request_id": "-"}
 
 
-# why a request ended without an answer because its client went away (the access log's "error")
-LEFT_DURING_BODY = "the client disconnected before sending the whole body"
-LEFT_WHILE_QUEUED = ("the client disconnected while the request waited for the model; dropped "
-                     "before it ran")
-LEFT_WHILE_RUNNING = "the client disconnected while the model ran; the answer was discarded"
-
-
-def client_left(info: dict[str, Any], why: str) -> Response:
-    """The answer nobody reads (499, nginx's "client closed request"), with ``why`` logged."""
-    info["error"] = why
-    return Response(status_code=499)
-
-
 # a form field's value (a data URI of a reference clip) may be this large; the body limit applies
 MAX_FORM_FIELD_BYTES = 64 * 1024 * 1024
 
 
-# parameters that are lists even when given once (``known_speaker_names=Alice``)
-LIST_PARAMETERS = ("known_speaker_names", "known_speaker_references")
+@dataclass(frozen=True)
+class Upload:
+    """A file field of a multipart form, read."""
+
+    filename: Optional[str]
+    data: bytes
 
 
-def collect_parameters(items) -> dict[str, Any]:
-    """(key, text) pairs -> parameters, values coerced; a key given more than once becomes a list
-    (``?speaker_names=Diane&speaker_names=Sheila``); OpenAI-style ``key[]`` names mean ``key``
-    (``-F known_speaker_names[]=Alice``). Values already decoded (an uploaded clip, as base64)
-    are kept as they are."""
+FormItems = list[tuple[str, Union[str, Upload]]]
+
+
+async def read_form(request: Request, limit: int) -> FormItems:
+    """The multipart form's fields in order (files read, as :class:`Upload`), parsed while the
+    body streams in -- python-multipart spools large files to disk instead of holding the body
+    and its parts at once -- with the body limit (413) enforced as it arrives; HttpError 400 for
+    a form that does not parse."""
+    check_declared_length(request, limit)
+    limited = Request(request.scope, receive=limited_receive(request.receive, limit))
+    try:
+        form = await limited.form(max_part_size=MAX_FORM_FIELD_BYTES)
+    except HTTPException as exc:  # python-multipart's MultiPartException, as Starlette raises it
+        raise HttpError(400, f"invalid multipart/form-data body: {exc.detail}") from None
+    try:
+        items: FormItems = []
+        for key, value in form.multi_items():
+            if isinstance(value, str):
+                items.append((key, value))
+            else:
+                items.append((key, Upload(value.filename, await value.read())))
+        return items
+    finally:
+        await form.close()
+
+
+def list_key(key: str) -> str:
+    """OpenAI-style ``key[]`` names mean ``key`` (``-F known_speaker_names[]=Alice``)."""
+    return key[:-2] if key.endswith("[]") else key
+
+
+def parameters_from_text(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """(name, text) pairs -- a query string, form fields -> parameters, each read by its declared
+    type (:meth:`~speaker_asr.config.InferenceConfig.parameters_from_strings`: ``prompt=1984``
+    stays text, ``num_speakers=2`` is a number). A name given more than once is a list
+    (``?speaker_names=Diane&speaker_names=Sheila``); ``key[]`` means ``key``. Values already
+    decoded (an uploaded clip, as base64) are kept as they are. RequestError for an unknown name
+    or a value of the wrong type."""
+    from speaker_asr.config import InferenceConfig
+
     grouped: dict[str, list] = {}
     for key, value in items:
-        key = key[:-2] if key.endswith("[]") else key
-        if key in LIST_PARAMETERS and isinstance(value, str):
-            grouped.setdefault(key, []).append(value.strip() if key == "known_speaker_names" else value)
-            continue
-        grouped.setdefault(key, []).append(coerce_value(value) if isinstance(value, str) else value)
-    return {key: values if key in LIST_PARAMETERS or len(values) > 1 else values[0]
-            for key, values in grouped.items()}
-
-
-def query_parameters(request: Request) -> dict[str, Any]:
-    return collect_parameters(request.query_params.multi_items())
+        grouped.setdefault(list_key(key), []).append(value)
+    if not grouped:
+        return {}
+    return InferenceConfig.parameters_from_strings(grouped)
 
 
 _JSON_SHAPE = '{"inputs": "<base64 audio>", "parameters": {...}}'
@@ -247,90 +272,68 @@ async def _json_data(body: bytes, query: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _replay(body: bytes):
-    sent = False
-
-    async def receive():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
-
-    return receive
-
-
 # form fields that OpenAI-style clients send and that mean nothing to a one-model endpoint
 IGNORED_FORM_FIELDS = ("model",)
 
 
-async def read_form(request: Request, body: bytes):
-    """The multipart form of ``body`` (already read), or HttpError 400."""
-    replayed = Request(request.scope, receive=_replay(body))
+def json_object_field(value: str, name: str = "parameters") -> dict[str, Any]:
+    """The ``parameters`` form field: a JSON object of parameters, or HttpError 400."""
     try:
-        return await replayed.form(max_part_size=MAX_FORM_FIELD_BYTES)
-    except HTTPException as exc:
-        raise HttpError(400, f"invalid multipart/form-data body: {exc.detail}") from None
-    except Exception as exc:  # python-multipart's MultiPartException and parse errors
-        raise HttpError(400, f"invalid multipart/form-data body: {exc}") from None
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise HttpError(400, f"the '{name}' form field must be a JSON object", param=name)
+    return parsed
 
 
-async def _multipart_data(request: Request, body: bytes, query: dict[str, Any]) -> dict[str, Any]:
-    form = await read_form(request, body)
-    try:
-        audio: Optional[bytes] = None
-        fields: list[tuple[str, str]] = []
-        parameters: dict[str, Any] = {}
-        for key, value in form.multi_items():
-            is_file = not isinstance(value, str)
-            if key == "file":
-                if not is_file:
-                    raise HttpError(400, "the 'file' field must be a file upload, e.g. "
-                                            "curl -F file=@audio.wav")
-                audio = await value.read()
-            elif is_file and key.removesuffix("[]") == "known_speaker_references":
-                # a reference clip uploaded as a file: the handler takes clips as base64
-                fields.append((key, base64.b64encode(await value.read()).decode("ascii")))
-            elif is_file:
-                raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file' "
-                                     "(and reference clips as 'known_speaker_references[]')")
-            elif key in IGNORED_FORM_FIELDS:
-                continue
-            elif key == "parameters":
-                try:
-                    extra = json.loads(value)
-                except (ValueError, RecursionError):
-                    extra = None
-                if not isinstance(extra, dict):
-                    raise HttpError(400, "the 'parameters' form field must be a JSON object")
-                parameters.update(extra)
-            else:
-                fields.append((key, value))
-    finally:
-        await form.close()
-    # form fields win over the query string, the 'parameters' JSON field over both
-    parameters = {**query, **collect_parameters(fields), **parameters}
+def _multipart_data(items: FormItems, query: dict[str, Any]) -> dict[str, Any]:
+    audio: Optional[bytes] = None
+    fields: list[tuple[str, Any]] = []
+    parameters: dict[str, Any] = {}
+    for key, value in items:
+        is_file = isinstance(value, Upload)
+        if key == "file":
+            if not is_file:
+                raise HttpError(400, "the 'file' field must be a file upload, e.g. "
+                                        "curl -F file=@audio.wav")
+            audio = value.data
+        elif is_file and list_key(key) == "known_speaker_references":
+            # a reference clip uploaded as a file: the handler takes clips as base64
+            fields.append((key, base64.b64encode(value.data).decode("ascii")))
+        elif is_file:
+            raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file' "
+                                 "(and reference clips as 'known_speaker_references[]')")
+        elif key in IGNORED_FORM_FIELDS:
+            continue
+        elif key == "parameters":
+            parameters.update(json_object_field(value))
+        else:
+            fields.append((key, value))
     if audio is None:
         raise HttpError(400, "the multipart upload has no 'file' field: send the audio as "
                                 "-F file=@audio.wav (other fields become parameters)")
     if not audio:
         raise HttpError(400, "the uploaded 'file' is empty")
-    return {"inputs": audio, "parameters": parameters}
+    # form fields win over the query string, the 'parameters' JSON field over both
+    return {"inputs": audio, "parameters": {**query, **parameters_from_text(fields), **parameters}}
 
 
 _SUPPORTED = ("application/json (" + _JSON_SHAPE + "), audio/* or video/* (the file's bytes, "
               "parameters in the query string), or multipart/form-data with a 'file' field")
 
 
-async def parse_request(request: Request, body: bytes) -> dict[str, Any]:
-    """The handler's ``data`` from the request, or a :class:`HttpError` (400 / 415)."""
+async def read_request(request: Request, limit: int) -> dict[str, Any]:
+    """The handler's ``data`` from a ``POST /`` request, its body read within ``limit`` bytes;
+    HttpError (400, 413, 415) or RequestError (a parameter in the query string or the form)."""
     raw_type = request.headers.get("content-type")
-    kind = media_type(raw_type)
-    query = query_parameters(request)
+    kind = header_media_type(raw_type)
+    query = parameters_from_text(request.query_params.multi_items())
+    if kind == "multipart/form-data":
+        return _multipart_data(await read_form(request, limit), query)
+    body = await read_body(request, limit)
     if kind == "application/json" or kind.endswith("+json"):
         return await _json_data(body, query)
-    if kind == "multipart/form-data":
-        return await _multipart_data(request, body, query)
     if is_audio_media_type(kind):
         if not body:
             raise HttpError(400, "the request body is empty: send the audio file's bytes")

@@ -3,23 +3,29 @@
 ``GET /v1/models/{id}``, so that the official ``openai`` SDK, LiteLLM or Open WebUI can call it
 (``OpenAI(base_url="http://127.0.0.1:8080/v1")``).
 
-The form becomes the handler's parameters (:func:`parse_fields`): ``file`` the audio, ``language``,
-``prompt`` (``keywords`` appended to it), ``temperature``, ``known_speaker_names[]`` and
-``known_speaker_references[]`` (data URIs or uploaded files) as on ``/``; the route sets ``task``;
-``timestamp_granularities[]=word`` asks for word timestamps; ``response_format``, ``stream`` and
-``model`` choose the answer. ``chunking_strategy`` is checked and has no effect (the pipeline
-windows the audio its own way); ``include[]`` (log-probabilities, which the pipeline does not
-keep) is accepted and ignored; ``languages[]`` with one entry is ``language``, with several the
+The form (read once, by :func:`~speaker_asr.serving.negotiation.read_form`, as ``POST /`` reads
+its own) becomes the handler's parameters (:func:`parse_fields`): ``file`` the audio,
+``language``, ``prompt`` (``keywords`` appended to it), ``temperature``, ``known_speaker_names[]``
+and ``known_speaker_references[]`` (data URIs or uploaded files) as on ``/``; the route sets
+``task``; ``timestamp_granularities[]=word`` asks for word timestamps; ``response_format``,
+``stream`` and ``model`` choose the answer. ``chunking_strategy`` is checked and has no effect (the
+pipeline windows the audio its own way); ``include[]`` (log-probabilities, which the pipeline does
+not keep) is accepted and ignored; ``languages[]`` with one entry is ``language``, with several the
 language is detected. Any other field is one of our own parameters (``num_speakers``,
-``min_speakers``, ...), converted like query-string values; unknown names are refused.
+``min_speakers``, ...), read by its declared type as query-string values are; unknown names are
+refused.
 
-The request goes through the same queue as ``POST /`` (app.py: a place taken before the body is
-read, dropped when the client disconnects while it waits), and the handler's
+The request takes the same path as ``POST /`` (request_path.py: a place in the queue taken before
+the body is read, dropped when the client disconnects while it waits), and the handler's
 :meth:`~speaker_asr.endpoint.EndpointHandler.result` gives the typed Result, written in OpenAI's
 shapes by :mod:`speaker_asr.formats.openai_shapes` on the worker thread. With ``stream=true`` the
-answer starts (200, ``text/event-stream``) once the request has been checked and the models start,
-sends a keep-alive comment every ``keepalive_s`` while they run, and then every event at once:
-the pipeline has segments only when transcription, diarization and attribution are all done.
+answer (a StreamingResponse over :func:`event_stream`) starts (200, ``text/event-stream``) once
+the request has been checked and the models start, sends a keep-alive comment every
+``keepalive_s`` while they run, and then every event at once: the pipeline has segments only when
+transcription, diarization and attribution are all done.
+
+These routes are their own Starlette app, mounted at ``/v1`` by app.py with exception handlers
+that write OpenAI's error object (:func:`error_body`).
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ import base64
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Callable, Optional, Sequence, Union
 
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from pydantic import TypeAdapter, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from speaker_asr.errors import RequestError
@@ -44,14 +51,15 @@ from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_F
                                                stream_events)
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.serving.logging_setup import scrub
-from speaker_asr.serving.negotiation import (LEFT_DURING_BODY, LEFT_WHILE_QUEUED,
-                                             LEFT_WHILE_RUNNING, HttpError, client_left,
-                                             collect_parameters, coerce_value, media_type as
-                                             content_media_type, read_body, read_form, request_info)
-from speaker_asr.serving.runner import ClientGone, DisconnectWatch, ModelRunner
+from speaker_asr.serving.negotiation import (HttpError, Upload, header_media_type, list_key,
+                                             parameters_from_text, read_form)
+from speaker_asr.serving.request_path import (LEFT_DURING_STREAM, PreparedCall, RequestPath,
+                                              bad_request, record_times, request_info)
+from speaker_asr.serving.runner import ModelCall
 
 logger = logging.getLogger("server")
 
+PREFIX = "/v1"  # where app.py mounts these routes
 TRANSCRIPTIONS = "/v1/audio/transcriptions"
 TRANSLATIONS = "/v1/audio/translations"
 MODELS = "/v1/models"
@@ -86,6 +94,18 @@ def own_parameters() -> list[str]:
     return sorted(set(InferenceConfig.model_fields) - set(REPLACED_PARAMETERS) - set(OPENAI_FIELDS))
 
 
+
+# OpenAI's error codes where our HttpError names none
+DEFAULT_ERROR_CODES = {401: "invalid_api_key", 404: "unknown_url", 405: "method_not_allowed",
+                       413: "request_too_large", 415: "unsupported_media_type",
+                       500: "internal_error", 503: "service_unavailable"}
+
+
+def error_body(exc: HttpError, message: str) -> dict[str, Any]:
+    """An error on /v1: OpenAI's error object (``message``, ``type``, ``param``, ``code``)."""
+    return error_object(message, exc.status, exc.param, exc.code or DEFAULT_ERROR_CODES.get(exc.status))
+
+
 def _unknown(key: str) -> HttpError:
     import difflib
 
@@ -95,14 +115,6 @@ def _unknown(key: str) -> HttpError:
     return _bad(f"unknown field {key!r}{hint}; OpenAI's fields: "
                 f"{', '.join(f + '[]' if f in LIST_FIELDS + IGNORED_FIELDS else f for f in OPENAI_FIELDS)}; "
                 f"this server's own: {', '.join(own)}", key, "unknown_parameter")
-
-
-@dataclass(frozen=True)
-class Upload:
-    """A file field of the form."""
-
-    filename: Optional[str]
-    data: bytes
 
 
 @dataclass(frozen=True)
@@ -133,11 +145,22 @@ def _split_key(key: str) -> tuple[str, Optional[str]]:
     return key, None
 
 
+def _typed(kind: type, value: Any) -> Any:
+    """``value`` (form text, or a JSON value) read as ``kind`` by pydantic (``"true"`` is True,
+    ``"20"`` is 20); ValueError when it is not one (a boolean is no number)."""
+    if isinstance(value, bool) and kind is not bool:
+        raise ValueError(value)
+    try:
+        return TypeAdapter(kind).validate_python(value.strip() if isinstance(value, str) else value)
+    except ValidationError:
+        raise ValueError(value) from None
+
+
 def _boolean(value: str, param: str) -> bool:
-    coerced = coerce_value(value)
-    if not isinstance(coerced, bool):
-        raise _bad(f"{param} must be true or false, got {value[:40]!r}", param)
-    return coerced
+    try:
+        return _typed(bool, value)
+    except ValueError:
+        raise _bad(f"{param} must be true or false, got {value[:40]!r}", param) from None
 
 
 def _chunking(value: Union[str, dict], sub: dict[str, str]) -> None:
@@ -161,13 +184,16 @@ def _chunking(value: Union[str, dict], sub: dict[str, str]) -> None:
         if kind is None:
             raise _bad(f"chunking_strategy has an unknown field {key!r}; allowed: "
                        f"{', '.join(CHUNKING_FIELDS)}", "chunking_strategy")
-        got = coerce_value(raw) if isinstance(raw, str) and kind is not str else raw
+        try:
+            got = _typed(kind, raw)
+        except ValueError:
+            got = None
         if kind is str:
             ok = got == "server_vad"
         elif kind is int:
-            ok = isinstance(got, int) and not isinstance(got, bool) and got >= 0
+            ok = got is not None and got >= 0
         else:
-            ok = isinstance(got, (int, float)) and not isinstance(got, bool) and 0 <= got <= 1
+            ok = got is not None and 0 <= got <= 1
         if not ok:
             expected = {"type": "'server_vad'", "threshold": "a number in [0, 1]"}.get(
                 key, "a whole number of milliseconds >= 0")
@@ -176,41 +202,47 @@ def _chunking(value: Union[str, dict], sub: dict[str, str]) -> None:
         raise _bad(f"chunking_strategy must be {allowed}", "chunking_strategy")
 
 
-def parse_fields(items: Sequence[tuple[str, Union[str, Upload]]], task: str) -> OpenAIRequest:
-    """The form's fields (in order; files as :class:`Upload`) -> an :class:`OpenAIRequest`, or
-    HttpError 400 saying which field is wrong and what it may be."""
+@dataclass
+class FormFields:
+    """A /v1 form's fields sorted by kind (:func:`sort_fields`)."""
+
     audio: Optional[bytes] = None
-    scalars: dict[str, str] = {}
-    chunking_sub: dict[str, str] = {}
-    lists: dict[str, list] = {name: [] for name in LIST_FIELDS}
-    extras: list[tuple[str, Any]] = []
-    json_parameters: dict[str, Any] = {}
+    scalars: dict[str, str] = field(default_factory=dict)  # OpenAI's one-value fields
+    chunking: dict[str, str] = field(default_factory=dict)  # chunking_strategy[key] fields
+    lists: dict[str, list] = field(default_factory=lambda: {name: [] for name in LIST_FIELDS})
+    own: list[tuple[str, str]] = field(default_factory=list)  # our own parameters, as text
+    own_json: dict[str, Any] = field(default_factory=dict)  # the 'parameters' field's object
+
+
+def sort_fields(items: Sequence[tuple[str, Union[str, Upload]]]) -> FormFields:
+    """The form's fields (in order; files as :class:`Upload`) sorted into the audio, OpenAI's
+    fields and our own parameters; HttpError 400 for a field that cannot be one of them."""
+    form = FormFields()
     for raw_key, value in items:
         key, sub = _split_key(raw_key)
         if key == "file":
             if not isinstance(value, Upload):
                 raise _bad("the 'file' field must be a file upload (the audio), e.g. "
                            "curl -F file=@audio.wav", "file")
-            if audio is not None:
+            if form.audio is not None:
                 raise _bad("the form has two 'file' fields; send one recording per request", "file")
-            audio = value.data
-            continue
-        if isinstance(value, Upload):
-            if key == "known_speaker_references":  # a clip uploaded as a file: base64 for the handler
-                lists[key].append(base64.b64encode(value.data).decode("ascii"))
-                continue
-            raise _bad(f"unexpected file field {raw_key!r}: upload the audio as 'file' (and "
-                       "reference clips as 'known_speaker_references[]')", raw_key)
-        if key == "chunking_strategy" and sub is not None:
-            chunking_sub[sub] = value
+            form.audio = value.data
+        elif isinstance(value, Upload):
+            if key != "known_speaker_references":
+                raise _bad(f"unexpected file field {raw_key!r}: upload the audio as 'file' (and "
+                           "reference clips as 'known_speaker_references[]')", raw_key)
+            # a clip uploaded as a file: base64 for the handler
+            form.lists[key].append(base64.b64encode(value.data).decode("ascii"))
+        elif key == "chunking_strategy" and sub is not None:
+            form.chunking[sub] = value
         elif sub is not None:
             raise _unknown(raw_key)
-        elif key in lists:
-            lists[key].append(value.strip() if key != "known_speaker_references" else value)
+        elif key in form.lists:
+            form.lists[key].append(value.strip() if key != "known_speaker_references" else value)
         elif key in SCALAR_FIELDS:
-            if key in scalars:
+            if key in form.scalars:
                 raise _bad(f"the field {key!r} is given twice; give it once", key)
-            scalars[key] = value
+            form.scalars[key] = value
         elif key in IGNORED_FIELDS:
             continue
         elif key == "parameters":  # our own parameters as one JSON object, as on POST /
@@ -220,25 +252,39 @@ def parse_fields(items: Sequence[tuple[str, Union[str, Upload]]], task: str) -> 
                 extra = None
             if not isinstance(extra, dict):
                 raise _bad("the 'parameters' form field must be a JSON object", "parameters")
-            json_parameters.update(extra)
+            form.own_json.update(extra)
         else:
-            extras.append((key, value))
-    if audio is None:
+            form.own.append((key, value))
+    if form.audio is None:
         raise _bad("the form has no 'file' field: send the audio as a file upload named 'file' "
                    "(curl -F file=@audio.wav; the openai SDK: file=open('audio.wav', 'rb'))", "file",
                    "missing_required_parameter")
-    if not audio:
+    if not form.audio:
         raise _bad("the uploaded 'file' is empty", "file")
+    return form
 
-    fmt = scalars.get("response_format", "json").strip().lower() or "json"
+
+@dataclass(frozen=True)
+class AnswerShape:
+    """How a /v1 request wants its answer (:func:`answer_shape`)."""
+
+    response_format: str
+    stream: bool
+    granularities: tuple[str, ...]
+
+
+def answer_shape(form: FormFields) -> AnswerShape:
+    """``response_format``, ``stream``, ``timestamp_granularities[]`` and ``chunking_strategy``,
+    checked together; HttpError 400 saying what is allowed."""
+    fmt = form.scalars.get("response_format", "json").strip().lower() or "json"
     if fmt not in OPENAI_FORMATS:
-        raise _bad(f"unknown response_format {scalars['response_format'][:40]!r}: use one of "
+        raise _bad(f"unknown response_format {form.scalars['response_format'][:40]!r}: use one of "
                    f"{', '.join(OPENAI_FORMATS)} (rttm and txt are on POST /)", "response_format")
-    stream = _boolean(scalars["stream"], "stream") if "stream" in scalars else False
+    stream = _boolean(form.scalars["stream"], "stream") if "stream" in form.scalars else False
     if stream and fmt in ("srt", "vtt"):
         raise _bad(f"stream=true sends transcript events; {fmt} is a file: leave stream out, or "
                    "use json, text, verbose_json or diarized_json", "stream")
-    granularities = lists["timestamp_granularities"]
+    granularities = form.lists["timestamp_granularities"]
     for g in granularities:
         if g not in TIMESTAMP_GRANULARITIES:
             raise _bad(f"unknown timestamp granularity {g[:40]!r}: use word, segment or both",
@@ -246,48 +292,78 @@ def parse_fields(items: Sequence[tuple[str, Union[str, Upload]]], task: str) -> 
     if granularities and (fmt != "verbose_json" or stream):
         raise _bad("timestamp_granularities needs response_format=verbose_json (without stream): "
                    "only verbose_json has segment and word times", "timestamp_granularities")
-    if "chunking_strategy" in scalars or chunking_sub:
-        _chunking(scalars.get("chunking_strategy", ""), chunking_sub)
+    if "chunking_strategy" in form.scalars or form.chunking:
+        _chunking(form.scalars.get("chunking_strategy", ""), form.chunking)
+    return AnswerShape(fmt, stream, tuple(granularities))
 
+
+def openai_parameters(form: FormFields, shape: AnswerShape, task: str) -> dict[str, Any]:
+    """Our parameters that OpenAI's fields (and the route) stand for: ``task``, ``language``
+    (or the one entry of ``languages[]``), ``prompt`` with ``keywords[]`` appended,
+    ``temperature``, word timestamps, the known speakers."""
     parameters: dict[str, Any] = {"task": task}
-    language = scalars.get("language", "").strip()
-    if not language and len(lists["languages"]) == 1:
-        language = lists["languages"][0]
+    language = form.scalars.get("language", "").strip()
+    if not language and len(form.lists["languages"]) == 1:
+        language = form.lists["languages"][0]
     if language:
         parameters["language"] = language
-    prompt = scalars.get("prompt", "").strip()
-    keywords = [k for k in lists["keywords"] if k]
+    prompt = form.scalars.get("prompt", "").strip()
+    keywords = [k for k in form.lists["keywords"] if k]
     if keywords:
         prompt = (prompt + " " if prompt else "") + ", ".join(keywords)
     if prompt:
         parameters["prompt"] = prompt
-    if "temperature" in scalars:
-        value = coerce_value(scalars["temperature"])
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise _bad(f"temperature must be a number from 0 to 1, got {scalars['temperature'][:40]!r}",
-                       "temperature")
+    if "temperature" in form.scalars:
+        text = form.scalars["temperature"]
+        try:
+            value = _typed(float, text)
+        except ValueError:
+            value = None
+        if value is None or not 0 <= value <= 1:
+            raise _bad(f"temperature must be a number from 0 to 1, got {text[:40]!r}", "temperature")
         parameters["temperature"] = float(value)
-    if "word" in granularities:
+    if "word" in shape.granularities:
         parameters["return_word_timestamps"] = True
     for key in ("known_speaker_names", "known_speaker_references"):
-        if lists[key]:
-            parameters[key] = lists[key]
-    own = {**collect_parameters(extras), **json_parameters}
+        if form.lists[key]:
+            parameters[key] = form.lists[key]
+    return parameters
+
+
+def own_parameters_of(form: FormFields, given: dict[str, Any]) -> dict[str, Any]:
+    """Our own parameters from the extra fields (each read by its declared type) and the
+    ``parameters`` JSON object; HttpError 400 for a name that is unknown, stood for by an OpenAI
+    field, or ``given`` already."""
     allowed = set(own_parameters())
-    for key in own:
+    for key in [list_key(key) for key, _ in form.own] + list(form.own_json):
         if key in REPLACED_PARAMETERS:
             reason = REPLACED_PARAMETERS[key] or "give it once, as the OpenAI field"
             raise _bad(f"{key!r} is not a parameter of this route: {reason}", key, "unknown_parameter")
         if key not in allowed and key not in OPENAI_FIELDS:
             raise _unknown(key)
-        if key in parameters:
+        if key in given:
             raise _bad(f"{key!r} is given twice (as an OpenAI field and in 'parameters'); give it once",
                        key)
-    parameters.update(own)
-    model = scalars.get("model", "").strip() or None
-    return OpenAIRequest(audio, parameters, fmt, words="word" in granularities,
-                         segments=not granularities or "segment" in granularities, stream=stream,
-                         model=model)
+    try:
+        from_text = parameters_from_text(form.own)
+    except RequestError as exc:
+        raise bad_request(exc, OPENAI_PARAM) from None
+    return {**from_text, **form.own_json}
+
+
+def parse_fields(items: Sequence[tuple[str, Union[str, Upload]]], task: str) -> OpenAIRequest:
+    """The form's fields (in order; files as :class:`Upload`) -> an :class:`OpenAIRequest`, or
+    HttpError 400 saying which field is wrong and what it may be: the fields sorted by kind,
+    the answer's shape checked, OpenAI's fields mapped to our parameters, our own added."""
+    form = sort_fields(items)
+    shape = answer_shape(form)
+    parameters = openai_parameters(form, shape, task)
+    parameters.update(own_parameters_of(form, parameters))
+    model = form.scalars.get("model", "").strip() or None
+    return OpenAIRequest(form.audio, parameters, shape.response_format,
+                         words="word" in shape.granularities,
+                         segments=not shape.granularities or "segment" in shape.granularities,
+                         stream=shape.stream, model=model)
 
 
 # --------------------------------------------------------------------------- models
@@ -335,6 +411,7 @@ def language_names() -> dict[str, str]:
         return {}
 
 
+
 # --------------------------------------------------------------------------- answers
 
 
@@ -345,84 +422,76 @@ def _setter(event: asyncio.Event) -> Callable[[], None]:
 
 
 @dataclass
-class Answer:
-    """What the worker thread wrote for one request: the body (or the events) and its duration."""
+class RenderedAnswer:
+    """What the worker thread wrote for one /v1 request in the shape it asked for: the body (or
+    the stream's events) and the audio's duration."""
 
     body: Union[dict, str, None]
     events: Optional[list[dict]]
     duration: Optional[float]
 
 
-class EventStream:
-    """The ``stream=true`` answer (an ASGI app): 200 and ``text/event-stream`` at once (the
-    request has been checked and the models are running), a keep-alive comment every
-    ``keepalive_s`` until the job is done, then its events -- or an ``{"error": ...}`` event
-    (what the SDK raises as ``APIError``) when the pipeline failed after the answer started."""
+def failure_event(error: BaseException, info: dict) -> dict:
+    """The ``{"error": ...}`` event that ends a stream whose call failed after the answer
+    started: the client's mistake (400, its message) or the server's (500, the request id only;
+    logged)."""
+    if isinstance(error, RequestError):
+        exc = bad_request(error, OPENAI_PARAM)
+        message = scrub(exc.message)
+        info["error"] = message
+    else:
+        logger.error("internal error during an event stream", exc_info=error)
+        info["error"] = "internal error"
+        exc = HttpError(500, f"internal error (request id {info.get('request_id', '-')})")
+        message = exc.message
+    return error_body(exc, message)
 
-    def __init__(self, routes: "OpenAIRoutes", job, watch: DisconnectWatch, info: dict,
-                 headers: dict[str, str], keepalive_s: float):
-        self.routes, self.job, self.watch, self.info = routes, job, watch, info
-        self.headers, self.keepalive_s = headers, keepalive_s
 
-    async def __call__(self, scope, receive, send) -> None:
-        runner, job, watch = self.routes.runner, self.job, self.watch
-        loop = asyncio.get_running_loop()
-        try:
-            headers = [(b"content-type", EVENT_STREAM_MEDIA_TYPE.encode()),
-                       (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-            headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            while not job.future.done():
-                tick = asyncio.Event()
-                timer = loop.call_later(self.keepalive_s, tick.set)
-                try:
-                    await runner.wait(job, watch, until=tick)
-                finally:
-                    timer.cancel()
-                if watch.gone.is_set():  # the model finishes; nobody is listening
-                    self.info["error"] = "the client disconnected during the stream"
-                    return
-                if not job.future.done():
-                    await send({"type": "http.response.body", "body": SSE_KEEPALIVE, "more_body": True})
-            self.routes.record_times(job, self.info)
-            error = job.future.exception()
-            if error is None:
-                answer: Answer = job.future.result()
-                self.info["audio_seconds"] = answer.duration
-                chunks = [sse(event) for event in answer.events or []]
-            else:
-                status, message, param, code = self.routes.describe_failure(error, self.info)
-                chunks = [sse(error_object(message, status, param, code))]
-            for chunk in chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (OSError, ClientDisconnect):  # the client went away while we wrote
-            self.info["error"] = "the client disconnected during the stream"
-        finally:
-            watch.close()
+async def event_stream(runner, call: ModelCall, info: dict, keepalive_s: float) -> AsyncIterator[bytes]:
+    """The ``stream=true`` answer's body: a keep-alive comment every ``keepalive_s`` until the
+    call is done, then its events -- or an ``{"error": ...}`` event (what the SDK raises as
+    ``APIError``) when the pipeline failed after the answer started. A client that leaves
+    cancels it (StreamingResponse listens for the disconnect); the model finishes its call."""
+    loop = asyncio.get_running_loop()
+    try:
+        while not call.future.done():
+            tick = asyncio.Event()
+            timer = loop.call_later(keepalive_s, tick.set)
+            try:
+                await runner.wait(call, until=tick)
+            finally:
+                timer.cancel()
+            if not call.future.done():
+                yield SSE_KEEPALIVE
+        record_times(call, info)
+        error = call.future.exception()
+        if error is not None:
+            yield sse(failure_event(error, info))
+            return
+        answer: RenderedAnswer = call.future.result()
+        info["audio_seconds"] = answer.duration
+        for event in answer.events or []:
+            yield sse(event)
+    except (asyncio.CancelledError, OSError):  # the client went away
+        info["error"] = LEFT_DURING_STREAM
+        raise
 
 
 class OpenAIRoutes:
-    """The /v1 routes on the server's runner. ``admit(request)``: app.py's queue admission (a
-    ticket, or HttpError 503); ``error(request, HttpError)``: app.py's error answer (OpenAI's
-    error object on /v1)."""
+    """The /v1 routes (relative to the mount) on the server's request path."""
 
-    def __init__(self, runner: ModelRunner, max_body_bytes: int,
-                 admit: Callable, error: Callable[[Request, HttpError], Response],
-                 keepalive_s: float = DEFAULT_KEEPALIVE_S):
-        self.runner = runner
-        self.max_body_bytes = max_body_bytes
-        self.admit = admit
-        self.error = error
+    def __init__(self, path: RequestPath, keepalive_s: float = DEFAULT_KEEPALIVE_S):
+        self.path = path
+        self.runner = path.runner
         self.keepalive_s = keepalive_s
         self._languages: Optional[dict[str, str]] = None
 
     def routes(self) -> list[Route]:
         return [
-            Route(TRANSCRIPTIONS, self.transcriptions, methods=["POST"]),
-            Route(TRANSLATIONS, self.translations, methods=["POST"]),
-            Route(MODELS, self.models, methods=["GET"]),
-            Route(MODELS + "/{model:path}", self.model, methods=["GET"]),
+            Route(TRANSCRIPTIONS.removeprefix(PREFIX), self.transcriptions, methods=["POST"]),
+            Route(TRANSLATIONS.removeprefix(PREFIX), self.translations, methods=["POST"]),
+            Route(MODELS.removeprefix(PREFIX), self.models, methods=["GET"]),
+            Route(MODELS.removeprefix(PREFIX) + "/{model:path}", self.model, methods=["GET"]),
         ]
 
     # ------------------------------------------------------------------------- models
@@ -437,27 +506,25 @@ class OpenAIRoutes:
         cards = self.cards()
         return cards[0].id if cards else None
 
-    async def models(self, request: Request) -> Response:
+    def _check_ready(self) -> None:
         if not self.runner.ready:
-            return self.error(request, self._not_ready())
+            status, body, headers = self.runner.status()  # no X-Should-Retry on a listing
+            raise HttpError(503, body["reason"], headers, code="model_loading"
+                            if self.runner.state == "loading" else "model_failed")
+
+    async def models(self, request: Request) -> Response:
+        self._check_ready()
         return JSONResponse(model_list(self.cards()))
 
     async def model(self, request: Request) -> Response:
         wanted = request.path_params["model"]
-        if not self.runner.ready:
-            return self.error(request, self._not_ready())
+        self._check_ready()
         for card in self.cards():
             if card.id == wanted:
                 return JSONResponse(card.to_json())
         names = ", ".join(c.id for c in self.cards()) or "none"
-        return self.error(request, HttpError(404, f"no model {wanted[:100]!r} is loaded here; "
-                                                  f"loaded: {names}", code="model_not_found",
-                                             param="model"))
-
-    def _not_ready(self) -> HttpError:
-        status, body, headers = self.runner.status()
-        return HttpError(503, body["reason"], headers,
-                         code="model_loading" if self.runner.state == "loading" else "model_failed")
+        raise HttpError(404, f"no model {wanted[:100]!r} is loaded here; loaded: {names}",
+                        code="model_not_found", param="model")
 
     # ------------------------------------------------------------------------- transcription
 
@@ -466,24 +533,6 @@ class OpenAIRoutes:
 
     async def translations(self, request: Request) -> Response:
         return await self._transcribe(request, "translate")
-
-    def describe_failure(self, error: BaseException, info: dict) -> tuple[int, str, Optional[str], str]:
-        """(status, message, param, code) for an exception of the job: the client's mistake
-        (400, its message) or the server's (500, the request id only; logged)."""
-        if isinstance(error, RequestError):
-            message = scrub(str(error) or type(error).__name__)
-            param = OPENAI_PARAM.get(error.param, error.param)
-            code = ("unknown_parameter" if message.startswith("unknown parameter")
-                    else "invalid_file" if param == "file" else "invalid_value")
-            info["error"] = message
-            return 400, message, param, code
-        logger.error("internal error on an OpenAI-compatible request", exc_info=error)
-        info["error"] = "internal error"
-        return 500, f"internal error (request id {info.get('request_id', '-')})", None, "internal_error"
-
-    def record_times(self, job, info: dict) -> None:
-        info["queue_ms"] = round(job.queued_seconds * 1000, 1)
-        info["inference_ms"] = round(job.run_seconds * 1000, 1)
 
     def _options(self, request: OpenAIRequest, config, model: Optional[str]) -> Options:
         if self._languages is None and request.response_format == "verbose_json":
@@ -494,100 +543,61 @@ class OpenAIRoutes:
                        temperature=float(temperature), language_names=self._languages or {})
 
     def _work(self, handler, request: OpenAIRequest, model: Optional[str],
-              on_start: Optional[Callable[[], None]]) -> Callable[..., Answer]:
-        """The job for the worker thread: the handler's Result, renamed by ``speaker_names``,
+              on_start: Optional[Callable[[], None]]) -> Callable[..., RenderedAnswer]:
+        """The call for the worker thread: the handler's Result, renamed by ``speaker_names``,
         written in the shape asked for. ``progress``: the runner's, for a handler that takes it."""
 
-        def work(data: dict, progress: Optional[ProgressCallback] = None) -> Answer:
+        def work(data: dict, progress: Optional[ProgressCallback] = None) -> RenderedAnswer:
             extra = {"progress": progress} if progress is not None else {}
             config, result = handler.result(data, on_start=on_start, **extra)
             result = result.named(config.speaker_names or [])
             options = self._options(request, config, model)
             if request.stream:
-                return Answer(None, stream_events(result, options), result.duration)
-            return Answer(render(result, options), None, result.duration)
+                return RenderedAnswer(None, stream_events(result, options), result.duration)
+            return RenderedAnswer(render(result, options), None, result.duration)
 
         return work
 
     async def _transcribe(self, request: Request, task: str) -> Response:
-        info = request_info(request)
-        ticket = watch = None
-        try:
-            kind = content_media_type(request.headers.get("content-type"))
-            if kind != "multipart/form-data":
-                # refused before reading: OpenAI's audio API takes multipart uploads only
-                raise HttpError(415, f"send the audio as multipart/form-data (a 'file' field and "
-                                     f"OpenAI's other fields), got Content-Type "
-                                     f"{request.headers.get('content-type')!r}",
-                                code="unsupported_media_type")
-            ticket = await self.admit(request)
+        if header_media_type(request.headers.get("content-type")) != "multipart/form-data":
+            # refused before reading: OpenAI's audio API takes multipart uploads only
+            raise HttpError(415, f"send the audio as multipart/form-data (a 'file' field and "
+                                 f"OpenAI's other fields), got Content-Type "
+                                 f"{request.headers.get('content-type')!r}",
+                            code="unsupported_media_type")
+        asked: dict[str, OpenAIRequest] = {}
+        model = None
+
+        async def read(request: Request) -> PreparedCall:
+            nonlocal model
             handler = self.runner.handler
             if not callable(getattr(handler, "result", None)):
                 raise HttpError(501, "this server's handler cannot answer the OpenAI-compatible "
                                      "routes (it has no result method); use POST /",
                                 code="not_implemented")
-            body = await read_body(request, self.max_body_bytes)
-            parsed = await self._read(request, body, task)
-            del body
+            parsed = parse_fields(await read_form(request, self.path.max_body_bytes), task)
             model = self.served_model()
             data = {"inputs": parsed.audio, "parameters": parsed.parameters}
-            parsed = replace(parsed, audio=b"")
-            try:
-                self.runner.precheck(data)
-            except RequestError as exc:
-                status, message, param, code = self.describe_failure(exc, info)
-                raise HttpError(status, message, param=param, code=code) from None
-            headers = {MODEL_HEADER: model} if model else {}
+            parsed = OpenAIRequest(b"", parsed.parameters, parsed.response_format, parsed.words,
+                                   parsed.segments, parsed.stream, parsed.model)
+            asked["request"] = parsed
             started = asyncio.Event() if parsed.stream else None
             on_start = _setter(started) if started is not None else None
+            return PreparedCall(data, self._work(handler, parsed, model, on_start), started)
 
-            watch = DisconnectWatch(request.receive)
-            job = self.runner.submit(data, call=self._work(handler, parsed, model, on_start),
-                                     ticket=ticket)
-            del data  # the job holds the audio now: dropped with it if the client goes
-            done = await self.runner.wait(job, watch, until=started)
-            if not done:  # streaming, and the models have started: the stream takes over
-                stream, watch = EventStream(self, job, watch, info, headers, self.keepalive_s), None
-                return stream  # type: ignore[return-value]
-            self.record_times(job, info)
-            error = job.future.exception()
-            if error is not None:
-                status, message, param, code = self.describe_failure(error, info)
-                return JSONResponse(error_object(message, status, param, code), status_code=status)
-            if watch.gone.is_set():
-                return client_left(info, LEFT_WHILE_RUNNING)
-            answer: Answer = job.future.result()
-            info["audio_seconds"] = answer.duration
-            if parsed.stream:  # done before the stream started: all of it at once
-                stream, watch = EventStream(self, job, watch, info, headers, self.keepalive_s), None
-                return stream  # type: ignore[return-value]
-            if isinstance(answer.body, str):
-                return Response(answer.body, media_type=TEXT_MEDIA_TYPE,
-                                headers=headers)
-            payload = json.dumps(answer.body, ensure_ascii=False, allow_nan=False)
-            return Response(payload, media_type="application/json", headers=headers)
-        except HttpError as exc:
-            return self.error(request, exc)
-        except ClientDisconnect:
-            return client_left(info, LEFT_DURING_BODY)
-        except ClientGone:
-            return client_left(info, LEFT_WHILE_QUEUED)
-        finally:
-            if ticket is not None:
-                ticket.release()
-            if watch is not None:
-                watch.close()
-
-    async def _read(self, request: Request, body: bytes, task: str) -> OpenAIRequest:
-        form = await read_form(request, body)
-        try:
-            items: list[tuple[str, Union[str, Upload]]] = []
-            for key, value in form.multi_items():
-                if isinstance(value, str):
-                    items.append((key, value))
-                else:
-                    items.append((key, Upload(value.filename, await value.read())))
-        finally:
-            await form.close()
-        return parse_fields(items, task)
-
+        call = await self.path.run(request, read, OPENAI_PARAM)
+        parsed = asked["request"]
+        headers = {MODEL_HEADER: model} if model else {}
+        info = request_info(request)
+        if parsed.stream:  # running (the models have started), or done before: all at once
+            return StreamingResponse(event_stream(self.runner, call, info, self.keepalive_s),
+                                     headers={"Content-Type": EVENT_STREAM_MEDIA_TYPE,
+                                              "Cache-Control": "no-cache",
+                                              "X-Accel-Buffering": "no", **headers})
+        answer: RenderedAnswer = call.future.result()
+        info["audio_seconds"] = answer.duration
+        if isinstance(answer.body, str):
+            return Response(answer.body, media_type=TEXT_MEDIA_TYPE,
+                            headers=headers)
+        payload = json.dumps(answer.body, ensure_ascii=False, allow_nan=False)
+        return Response(payload, media_type="application/json", headers=headers)

@@ -25,16 +25,12 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from speaker_asr.config import DEFAULT_MAX_QUEUE
 from speaker_asr.progress import Progress, RequestProgress, takes_progress
 from speaker_asr.serving.logging_setup import _request_id, scrub
 
 logger = logging.getLogger("server")
 
-# requests that may wait for the model beside the one it runs: each holds its body (up to
-# MAX_BODY_BYTES, 100 MiB by default) in memory, so 8 bound the queued uploads to 800 MiB; and a
-# ninth request would wait for eight transcriptions first (minutes for long audio), longer than
-# most clients' timeouts
-DEFAULT_MAX_QUEUE = 8
 # Retry-After before anything was measured, and its bounds (clients such as the openai SDK only
 # honour values up to 60 s)
 DEFAULT_RETRY_AFTER_S = 5
@@ -95,8 +91,8 @@ class Ticket:
             self._runner.admitted -= 1
 
 
-class Job:
-    """One call of the model for one request. ``data`` is dropped as soon as the job is dropped
+class ModelCall:
+    """One call of the model for one request, queued for the worker thread. ``data`` is dropped as soon as the job is dropped
     or has run. ``future``: its outcome (the call's result or exception)."""
 
     def __init__(self, runner: "ModelRunner", data: Any, call: Callable[[Any], Any],
@@ -296,18 +292,18 @@ class ModelRunner:
             return Ticket(self)
 
     def submit(self, data: Any, call: Optional[Callable[..., Any]] = None,
-               ticket: Optional[Ticket] = None) -> Job:
+               ticket: Optional[Ticket] = None) -> ModelCall:
         """Queue ``call(data)`` (by default ``handler(data)``) for the worker thread; when the
         handler takes a progress callback, ``call(data, progress=ProgressLog(...))``. The caller
         should drop its own reference to ``data``: the job holds it until it runs or is dropped."""
         assert self.handler is not None
-        job = Job(self, data, call or self.handler, ticket)
+        job = ModelCall(self, data, call or self.handler, ticket)
         with self._lock:
             self.waiting += 1
         self._jobs.put(job)
         return job
 
-    def drop(self, job: Job) -> bool:
+    def drop(self, job: ModelCall) -> bool:
         """Drop a job that has not started (its client is gone): True when dropped (counted, its
         data released); False when the model is already on it or done."""
         with self._lock:
@@ -321,7 +317,7 @@ class ModelRunner:
                 job.ticket._release_locked()
         return True
 
-    async def wait(self, job: Job, watch: Optional[DisconnectWatch] = None,
+    async def wait(self, job: ModelCall, watch: Optional[DisconnectWatch] = None,
                    until: Optional[asyncio.Event] = None) -> bool:
         """Wait for the job to finish -- or, with ``until``, for that event, whichever is first.
         Returns whether the job is done. When ``watch`` sees the client go before the model has

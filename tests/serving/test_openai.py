@@ -18,6 +18,7 @@ import base64
 import gc
 import http.client
 import json
+import re
 import threading
 import time
 import weakref
@@ -576,26 +577,40 @@ def test_api_key_guards_every_route_but_health_and_is_never_echoed(clip_bytes):
         assert m['asr_http_requests_total{method="GET",path="/metrics",code="401"}'] == 1
 
 
-def test_api_key_setting(monkeypatch):
+def test_server_settings(monkeypatch):
     from speaker_asr.serving import app as server
     from speaker_asr.serving.logging_setup import ConfigError
 
     monkeypatch.delenv("API_KEY", raising=False)
-    assert server.api_key_from_env() is None
+    assert server.server_settings().key() is None
     monkeypatch.setenv("API_KEY", "   ")
-    assert server.api_key_from_env() is None
+    assert server.server_settings().key() is None
     monkeypatch.setenv("API_KEY", f" {KEY} ")
-    assert server.api_key_from_env() == KEY
+    settings = server.server_settings()
+    assert settings.key() == KEY and KEY not in repr(settings) and KEY not in str(settings.model_dump())
     for bad, fragment in (("short-key", "at least 16"), ("with a space inside it!", "printable ASCII")):
         monkeypatch.setenv("API_KEY", bad)
         with pytest.raises(ConfigError, match=fragment) as err:
-            server.api_key_from_env()
+            server.server_settings()
         assert bad not in str(err.value)
+    monkeypatch.delenv("API_KEY")
     monkeypatch.setenv("MAX_QUEUE", "-1")
-    with pytest.raises(ConfigError, match="MAX_QUEUE"):
-        server.max_queue_from_env()
+    with pytest.raises(ConfigError, match=r"MAX_QUEUE='-1' is not valid: use a whole number >= 0"):
+        server.server_settings()
     monkeypatch.setenv("MAX_QUEUE", "0")
-    assert server.max_queue_from_env() == 0
+    assert server.server_settings().max_queue == 0
+    for name, bad, fragment in (("PORT", "abc", "PORT='abc' is not valid: use a whole number >= 0 and <= 65535"),
+                                ("PORT", "70000", "<= 65535"),
+                                ("MAX_BODY_BYTES", "0", "MAX_BODY_BYTES='0' is not valid"),
+                                ("LOG_LEVEL", "loud", "use one of critical, error, warning, info, debug")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ConfigError, match=re.escape(fragment)):
+            server.server_settings()
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MAX_BODY_BYTES", "1_000_000")
+    monkeypatch.setenv("LOG_LEVEL", " DEBUG ")
+    settings = server.server_settings(port=9000)  # --port wins over PORT
+    assert (settings.max_body_bytes, settings.log_level, settings.port) == (1_000_000, "debug", 9000)
 
 
 def test_a_handler_that_cannot_give_a_result_answers_501_and_a_wrong_body_415(clip_bytes):

@@ -359,12 +359,26 @@ def test_how_each_body_becomes_the_handler_data(clip):
         r = HTTP.post(url, files={"file": ("a.wav", clip, "audio/wav")},
                       data={"speaker_names": ["Diane", "Sheila"]})
         assert r.json()["parameters"] == {"speaker_names": ["Diane", "Sheila"]}
-        # raw audio: query values coerced
-        r = HTTP.post(url + "/predict?a=true&b=False&c=2&d=0.5&e=en&f=-3&g=1e3&h=nan&i=",
+        # raw audio: query values read by each parameter's declared type, not guessed from the
+        # text: a prompt of 1984 stays text, a list parameter given once is a list
+        r = HTTP.post(url + "/predict?assisted=true&vad_filter=False&num_speakers=2&temperature=0.5"
+                            "&language=en&prompt=1984&chunk_length_s=2e1&speaker_names=Ann",
                       data=clip, headers={"Content-Type": "audio/x-wav; codecs=1"})
         assert r.json() == {"inputs": "bytes", "size": len(clip), "keys": ["inputs", "parameters"],
-                            "parameters": {"a": True, "b": False, "c": 2, "d": 0.5, "e": "en", "f": -3,
-                                           "g": 1000.0, "h": "nan", "i": ""}, "duration": 1.5}
+                            "parameters": {"assisted": True, "vad_filter": False, "num_speakers": 2,
+                                           "temperature": 0.5, "language": "en", "prompt": "1984",
+                                           "chunk_length_s": 20.0, "speaker_names": ["Ann"]},
+                            "duration": 1.5}
+        r = HTTP.post(url + "/?assisted=auto&prompt=true&temperature=0&temperature=0.2", data=clip,
+                      headers={"Content-Type": "audio/wav"})
+        assert r.json()["parameters"] == {"assisted": "auto", "prompt": "true", "temperature": [0.0, 0.2]}
+        # what a parameter's type cannot read is refused, saying what it may be
+        for query, fragments in (("num_speakers=2.5", ("invalid value for 'num_speakers': '2.5'", "an integer")),
+                                 ("temperature=nan", ("'temperature'", "a number in [0, 1]")),
+                                 ("vad_filter=maybe", ("'vad_filter'", "true or false")),
+                                 ("speakers=2", ("unknown parameter 'speakers'", "did you mean 'num_speakers'"))):
+            check_error(HTTP.post(url + "/?" + query, data=clip, headers={"Content-Type": "audio/wav"}),
+                        400, *fragments)
         # curl --data-binary @file.wav without -H sends application/x-www-form-urlencoded
         r = HTTP.post(url, data=clip, headers={"Content-Type": "application/x-www-form-urlencoded"})
         assert r.status_code == 200 and r.json()["size"] == len(clip)
@@ -408,24 +422,36 @@ def test_body_limit_counts_what_arrives(clip):
                     f"limit of {len(clip)} bytes")
         # base64 JSON counts as sent (4/3 of the audio)
         check_error(HTTP.post(url, json={"inputs": b64(clip)}), 413)
+        # a multipart upload: by its Content-Length, and (sent chunked) while the form streams in
+        from requests.models import RequestEncodingMixin
+
+        form, content_type = RequestEncodingMixin._encode_files({"file": ("a.wav", clip, "audio/wav")}, {})
+        check_error(HTTP.post(url, data=form, headers={"Content-Type": content_type}), 413,
+                    f"limit of {len(clip)} bytes")
+        chunked = HTTP.post(url, data=iter([form[:1000], form[1000:]]), headers={"Content-Type": content_type})
+        assert "Content-Length" not in chunked.request.headers
+        check_error(chunked, 413, f"limit of {len(clip)} bytes")
+        small = form.replace(clip, clip[:len(clip) // 2])  # within the limit: parsed while it streams
+        r = HTTP.post(url, data=iter([small[:1000], small[1000:]]), headers={"Content-Type": content_type})
+        assert r.status_code == 200 and r.json()["size"] == len(clip) // 2
 
 
 def test_request_error_is_400_and_other_errors_are_500_without_internals():
     from speaker_asr.errors import RequestError
 
     def failing(data):
-        if data["parameters"].get("kind") == "value":
+        if data["parameters"].get("language") == "value":
             raise RequestError("language 'xx' is not available")
-        if data["parameters"].get("kind") == "internal-value":  # a library's ValueError: not the client's
+        if data["parameters"].get("language") == "internal-value":  # a library's ValueError: not the client's
             raise ValueError(f"shapes do not match in /secret/path/model.bin token={FAKE_TOKEN}")
         raise RuntimeError(f"CUDA out of memory at /secret/path/model.bin token={FAKE_TOKEN}")
 
     with inprocess_server(lambda: failing) as (url, _):
         wait_until(lambda: HTTP.get(url + "/health").status_code == 200)
-        r = HTTP.post(url + "/?kind=value", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
+        r = HTTP.post(url + "/?language=value", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
         assert r.status_code == 400 and r.json() == {"error": "language 'xx' is not available"}
         for kind in ("other", "internal-value"):
-            r = HTTP.post(url + f"/?kind={kind}", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
+            r = HTTP.post(url + f"/?language={kind}", data=b"fLaC....", headers={"Content-Type": "audio/flac"})
             assert r.status_code == 500
             request_id = r.headers["x-request-id"]
             assert r.json() == {"error": f"internal error (request id {request_id})"}
