@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from speaker_asr.audio.files import media_type
+from speaker_asr.audio.files import upload_content_type
 from speaker_asr.batch import FileError, Interrupted, Reply, RunError, Unavailable
 
 logger = logging.getLogger("speaker_asr.remote")
@@ -280,7 +280,7 @@ class RemoteEngine:
                 query = query_items(parameters)
             except ValueError as exc:
                 raise RunError(str(exc)) from None
-            headers["Content-Type"] = media_type(source) if source is not None else "application/octet-stream"
+            headers["Content-Type"] = upload_content_type(source) if source is not None else "application/octet-stream"
             return audio, headers, query
         import base64
 
