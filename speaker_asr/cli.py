@@ -413,8 +413,8 @@ def transcribe(args: argparse.Namespace) -> int:
 
             display = progress_for(1, files=False)
             engine.watch = display.recording
-        answer = transcribe_audio(engine, audio, params, formats,
-                                  source=None if file == "-" else Path(file))
+        reply = transcribe_audio(engine, audio, params, formats,
+                                 source=None if file == "-" else Path(file))
     except RunError as exc:
         return _fail(str(exc), 1)
     except FileError as exc:
@@ -425,11 +425,11 @@ def transcribe(args: argparse.Namespace) -> int:
         if display is not None:
             display.close()
 
-    for warning in answer.warnings:
+    for warning in reply.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     from speaker_asr.batch import write_atomic
 
-    for fmt, text in answer.texts.items():
+    for fmt, text in reply.texts.items():
         path = targets[fmt]
         if path is None:
             _write_stdout(text)
@@ -571,6 +571,13 @@ def transcribe_many(args: argparse.Namespace) -> int:
         summary.interrupted = True
     for line in summary.lines():
         say(line)
+    if code == 130 and run.busy:
+        # the second Ctrl-C stops at once: a recording still running on the run's threads (a
+        # model call, a request) would hold the interpreter's exit until it ends; its answer
+        # is dropped, and everything written is complete (the manifest is closed)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     if summary.interrupted and not summary.ok:
         return 130
     return code or (0 if summary.ok else 1)
