@@ -556,6 +556,31 @@ def test_progress_bar_on_a_terminal(tmp_path):
     assert f"{tmp_path}/talks/a.wav: FAILED: gave up after 5 attempts" in text
 
 
+def test_both_displays_keep_the_same_account(tmp_path):
+    """The line display and the bar count the same recordings and audio (one bookkeeping); each
+    prints its own: every outcome as a line, or only failures and warnings above the bar."""
+    from speaker_asr.progress import BarProgress, LineProgress
+
+    results = [_result(tmp_path, "skipped"), _result(tmp_path, "done", duration=30.0, seconds=2.0),
+               _result(tmp_path, "failed", error="could not decode"), _result(tmp_path, "not_attempted"),
+               _result(tmp_path, "done", duration=12.5, seconds=1.0, warnings=["no speech"])]
+    lines, terminal = io.StringIO(), io.StringIO()
+    shown = [LineProgress(4, lines), BarProgress(4, terminal)]
+    for display in shown:
+        for result in results:
+            display.update(result)
+    assert [(d.count, d.audio) for d in shown] == [(4, 42.5), (4, 42.5)]
+    assert shown[1].bar.n == 4
+    shown[1].close()
+    text = lines.getvalue().splitlines()
+    assert [line.split("] ", 1)[0][-3:] for line in text] == ["1/4", "2/4", "3/4", "4/4", "4/4"]
+    assert text[2].endswith("a.wav: not attempted") and text[4].endswith("a.wav: warning: no speech")
+    bar = terminal.getvalue()
+    assert f"{tmp_path}/talks/a.wav: FAILED: could not decode" in bar
+    assert f"{tmp_path}/talks/a.wav: warning: no speech" in bar
+    assert "not attempted" not in bar and ": done," not in bar
+
+
 def test_the_batch_modules_import_no_torch():
     code = ("import sys; import speaker_asr.batch, speaker_asr.remote, speaker_asr.progress, speaker_asr.cli; "
             "print(sorted(m for m in ('torch', 'numpy', 'transformers', 'pyannote') if m in sys.modules))")
