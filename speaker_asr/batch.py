@@ -26,10 +26,10 @@ The steps, each usable alone:
   place (``os.replace``), so a killed run never leaves a half-written file under a final name;
   :func:`remove_stale_partials` clears the temporary files a killed run left.
 * :class:`BatchRun`: the jobs through an engine (:class:`LocalEngine`: the handler in this process,
-  models loaded once and lazily; or a remote one), ``engine.concurrency`` at a time on worker
-  threads, outputs written on the caller's thread; a file that fails is reported and the run goes
-  on; a ``stop`` event ends it after the files in hand. :class:`Summary` and :class:`Manifest`
-  account for the run.
+  models loaded once and lazily; or a remote one), ``engine.concurrency`` at a time on a
+  ``concurrent.futures`` thread pool, outputs written on the caller's thread; a file that fails
+  is reported and the run goes on; a ``stop`` event ends it after the files in hand. Each
+  recording is a :class:`FileResult`; :class:`Summary` and :class:`Manifest` account for the run.
 
 No torch here: the models are imported only when :class:`LocalEngine` loads them.
 """
@@ -40,10 +40,10 @@ import errno
 import json
 import logging
 import os
-import queue
 import tempfile
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -375,12 +375,31 @@ def plan(paths: Sequence[Union[str, Path]], output_dir: Union[str, Path], format
 
 @dataclass
 class Reply:
-    """An engine's answer for one recording: the handler's (or endpoint's) response, and how
-    many requests and how much waiting it took."""
+    """One recording's answer: what an engine returns (the handler's or endpoint's ``response``
+    and the ``attempts``, requests, it took), to which :func:`transcribe_audio` adds ``texts``, the
+    outputs as they are written (format -> text). The handler's warnings and the audio's duration
+    are read from the response.
+
+    The run's account of a recording is a :class:`FileResult`: it exists for every recording
+    (skipped, failed and not attempted ones too) and knows its files; a Reply exists only when an
+    engine answered, and knows nothing of files -- it is what a custom :class:`Engine` returns."""
 
     response: Any
     attempts: int = 1
-    waited: float = 0.0
+    texts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        value = self.response.get("warnings") if isinstance(self.response, dict) else None
+        return [str(w) for w in value] if isinstance(value, list) else []
+
+    @property
+    def duration(self) -> Optional[float]:
+        """Seconds of audio (None when the response does not say)."""
+        value = self.response.get("duration") if isinstance(self.response, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        return None
 
 
 class Engine(Protocol):
@@ -446,24 +465,13 @@ class LocalEngine:
             raise FileError(f"the transcription failed: {type(exc).__name__}: {exc}") from None
 
 
-@dataclass
-class Answer:
-    """One recording's outputs as texts (format -> text), the handler's warnings and the audio's
-    duration (seconds, from the response), with the engine's attempts and waiting."""
-
-    texts: dict[str, str]
-    warnings: list[str]
-    duration: Optional[float]
-    attempts: int = 1
-    waited: float = 0.0
-
-
 def transcribe_audio(engine: Engine, audio: bytes, parameters: dict[str, Any], formats: Sequence[str],
                      *, source: Optional[Path] = None,
-                     stop: Optional[threading.Event] = None) -> Answer:
-    """One recording through ``engine``, written in every one of ``formats``: a single format is
-    asked for as the endpoint's ``response_format`` (unless the engine renders locally); several
-    are rendered from one plain ``json`` answer, with ``speaker_names`` applied here."""
+                     stop: Optional[threading.Event] = None) -> Reply:
+    """One recording through ``engine``, its :attr:`Reply.texts` in every one of ``formats``: a
+    single format is asked for as the endpoint's ``response_format`` (unless the engine renders
+    locally); several are rendered from one plain ``json`` answer, with ``speaker_names`` applied
+    here. Raises FileError (an answer that cannot be written), or what the engine raises."""
     stop = stop or threading.Event()
     params = dict(parameters)
     task = params.get("task", "transcribe")
@@ -482,20 +490,10 @@ def transcribe_audio(engine: Engine, audio: bytes, parameters: dict[str, Any], f
                 raise FileError(f"the answer could not be written as {fmt}: {exc}",
                                 attempts=reply.attempts) from None
     try:
-        texts = {fmt: output_text(result, fmt) for fmt, result in results.items()}
+        reply.texts = {fmt: output_text(result, fmt) for fmt, result in results.items()}
     except ValueError as exc:
         raise FileError(str(exc), attempts=reply.attempts) from None
-    warnings: list[str] = []
-    duration = None
-    for result in [*results.values(), reply.response]:
-        if not isinstance(result, dict):
-            continue
-        if not warnings and isinstance(result.get("warnings"), list):
-            warnings = [str(w) for w in result["warnings"]]
-        value = result.get("duration")
-        if duration is None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            duration = float(value)
-    return Answer(texts, warnings, duration, reply.attempts, reply.waited)
+    return reply
 
 
 # --------------------------------------------------------------------------- the run
@@ -525,9 +523,6 @@ class FileResult:
                 "error": self.error, "warnings": self.warnings, "attempts": self.attempts}
 
 
-_DONE = object()  # tells a worker thread to finish
-
-
 def largest_first(jobs: Sequence[Job]) -> list[Job]:
     """The jobs by file size, largest first (name order among equals): with several recordings
     in flight, a long one started last would keep one replica busy while the others sit idle
@@ -546,8 +541,12 @@ class BatchRun:
     """Run ``plan``'s jobs through ``engine``: iterate it for a :class:`FileResult` per recording
     -- the skipped ones first, then each job as it finishes, then (when the run stopped early)
     the ones not attempted. One at a time the jobs go in name order; with several in flight,
-    largest file first (:func:`largest_first`). Outputs are written (atomically) on the iterating thread before its
-    result is yielded.
+    largest file first (:func:`largest_first`). The engine answers ``engine.concurrency``
+    recordings at once on a ``concurrent.futures.ThreadPoolExecutor``'s threads; the run waits for
+    the first to finish (``wait(FIRST_COMPLETED)``) and writes its outputs (atomically) on the
+    iterating thread before its result is yielded. Leaving the iteration early (``break``, an
+    exception such as a second Ctrl-C) does not wait for the recordings in flight: their answers
+    are dropped (:attr:`busy` says whether one is still running).
 
     The engine is loaded only when there is something to do (RunError when it cannot be).
     Setting ``stop`` ends the run after the recordings already in hand (a remote one waiting to
@@ -566,6 +565,7 @@ class BatchRun:
         self.stop_when_unavailable = stop_when_unavailable
         self.stopped_because: Optional[str] = None
         self.started = time.monotonic()
+        self._in_flight: dict[Future, Job] = {}  # in the order sent
 
     def redact(self, text: str) -> str:
         """``text`` without a secret: the engine's token, HF_TOKEN and the other *_TOKEN /
@@ -585,38 +585,33 @@ class BatchRun:
             todo = largest_first(todo)
         self.engine.load()
         remove_stale_partials(todo)
-        work: "queue.Queue[Any]" = queue.Queue()
-        results: "queue.Queue[tuple]" = queue.Queue()
-        workers = [threading.Thread(target=self._worker, args=(work, results), daemon=True,
-                                    name=f"batch-{i}") for i in range(max(1, self.engine.concurrency))]
-        for worker in workers:
-            worker.start()
+        workers = max(1, self.engine.concurrency)
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batch")
         pending = iter(todo)
-        in_flight = 0
         unavailable_in_a_row = 0  # recordings that gave up since the last one that got through
         left: list[Job] = []
+        finished = False
         try:
             while True:
                 holding = self.stop_when_unavailable and unavailable_in_a_row > 0
-                while in_flight < len(workers) and not self._stopping() and not holding:
+                while len(self._in_flight) < workers and not self._stopping() and not holding:
                     job = next(pending, None)
                     if job is None:
                         break
-                    work.put(job)
-                    in_flight += 1
-                if in_flight == 0:
+                    self._in_flight[pool.submit(self._transcribe, job)] = job
+                if not self._in_flight:
                     break
-                try:
-                    job, answer, error, seconds = results.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                in_flight -= 1
+                wait(self._in_flight, return_when=FIRST_COMPLETED)  # at once when one is done
+                # one at a time, the first sent of those done, and the free thread refilled
+                future = next(f for f in self._in_flight if f.done())
+                job = self._in_flight.pop(future)
+                reply, error, seconds = future.result()
                 if isinstance(error, Interrupted):
                     left.append(job)
                     continue
                 if isinstance(error, Unavailable):
                     unavailable_in_a_row += 1
-                    if self.stop_when_unavailable and in_flight == 0 and self.stopped_because is None:
+                    if self.stop_when_unavailable and not self._in_flight and self.stopped_because is None:
                         self.stopped_because = self.redact(
                             f"the service stayed unavailable for {unavailable_in_a_row} recording"
                             f"{'s' if unavailable_in_a_row != 1 else ''} in a row (last: {error})")
@@ -624,67 +619,72 @@ class BatchRun:
                     unavailable_in_a_row = 0  # an answer got through: the service is up
                 if isinstance(error, RunError) and self.stopped_because is None:
                     self.stopped_because = self.redact(str(error))
-                yield self._finish(job, answer, error, seconds)
+                yield self._finish(job, reply, error, seconds)
             left.extend(pending)
+            finished = True
         finally:
-            for _ in workers:
-                work.put(_DONE)
+            # a run left early (the caller stopped iterating, a second Ctrl-C) does not wait for
+            # the recordings still in flight: their answers are dropped, nothing is written
+            pool.shutdown(wait=finished, cancel_futures=True)
         order = {id(job): i for i, job in enumerate(todo)}
         for job in sorted(left, key=lambda j: order[id(j)]):
             yield FileResult(job, "not_attempted")
 
+    @property
+    def busy(self) -> bool:
+        """Whether a recording is still being transcribed on the run's threads (after the run was
+        left early: its answer will be dropped)."""
+        return any(not future.done() for future in self._in_flight)
+
     def _stopping(self) -> bool:
         return self.stop.is_set() or self.stopped_because is not None
 
-    def _worker(self, work: "queue.Queue[Any]", results: "queue.Queue[tuple]") -> None:
-        while True:
-            job = work.get()
-            if job is _DONE:
-                return
-            started = time.monotonic()
-            answer, error = None, None
+    def _transcribe(self, job: Job) -> tuple[Optional[Reply], Optional[BaseException], float]:
+        """One recording, on a thread of the run's pool: the engine's reply or the error that
+        ended it, and the seconds it took. Never raises: a bug fails this recording only."""
+        started = time.monotonic()
+        try:
+            if self._stopping():
+                raise Interrupted()
             try:
-                if self._stopping():
-                    raise Interrupted()
-                try:
-                    audio = job.source.read_bytes()
-                except OSError as exc:
-                    raise FileError(f"cannot read {job.source}: {exc.strerror or exc}", refused=True) from None
-                if not audio:
-                    raise FileError(f"{job.source} is empty", refused=True)
-                answer = transcribe_audio(self.engine, audio, self.parameters, self.plan.formats,
-                                          source=job.source, stop=self.stop)
-                del audio
-            except (FileError, RunError, Interrupted) as exc:
-                error = exc
-            except Exception as exc:  # a bug: this recording fails, the run goes on
-                logger.debug("unexpected error on %s", job.source, exc_info=True)
-                error = FileError(f"unexpected error: {type(exc).__name__}: {exc}")
-            results.put((job, answer, error, time.monotonic() - started))
+                audio = job.source.read_bytes()
+            except OSError as exc:
+                raise FileError(f"cannot read {job.source}: {exc.strerror or exc}", refused=True) from None
+            if not audio:
+                raise FileError(f"{job.source} is empty", refused=True)
+            reply = transcribe_audio(self.engine, audio, self.parameters, self.plan.formats,
+                                     source=job.source, stop=self.stop)
+            return reply, None, time.monotonic() - started
+        except (FileError, RunError, Interrupted) as exc:
+            return None, exc, time.monotonic() - started
+        except Exception as exc:  # a bug: this recording fails, the run goes on
+            logger.debug("unexpected error on %s", job.source, exc_info=True)
+            return None, FileError(f"unexpected error: {type(exc).__name__}: {exc}"), time.monotonic() - started
 
-    def _finish(self, job: Job, answer: Optional[Answer], error: Optional[BaseException],
+    def _finish(self, job: Job, reply: Optional[Reply], error: Optional[BaseException],
                 seconds: float) -> FileResult:
+        """The recording's outputs written (on the iterating thread), and its account."""
         if error is not None:
             return FileResult(job, "failed", seconds=seconds,
                               error=self.redact(str(error) or type(error).__name__),
                               attempts=getattr(error, "attempts", None))
-        assert answer is not None
-        answer.warnings = [self.redact(w) for w in answer.warnings]
+        assert reply is not None
+        warnings = [self.redact(w) for w in reply.warnings]
         started = time.monotonic()
         written: list[Path] = []
-        for fmt, text in answer.texts.items():
+        for fmt, text in reply.texts.items():
             path = job.outputs[fmt]
             try:
                 write_atomic(path, text)
             except OSError as exc:
-                return FileResult(job, "failed", outputs=written, duration=answer.duration,
+                return FileResult(job, "failed", outputs=written, duration=reply.duration,
                                   seconds=seconds + time.monotonic() - started,
                                   error=self.redact(f"cannot write {path}: {exc.strerror or exc}"),
-                                  warnings=answer.warnings, attempts=answer.attempts)
+                                  warnings=warnings, attempts=reply.attempts)
             written.append(path)
-        return FileResult(job, "done", outputs=written, duration=answer.duration,
-                          seconds=seconds + time.monotonic() - started, warnings=answer.warnings,
-                          attempts=answer.attempts)
+        return FileResult(job, "done", outputs=written, duration=reply.duration,
+                          seconds=seconds + time.monotonic() - started, warnings=warnings,
+                          attempts=reply.attempts)
 
 
 def transcribe_paths(paths: Sequence[Union[str, Path]], output_dir: Union[str, Path],
@@ -785,7 +785,7 @@ class Summary:
         return out
 
 
-__all__ = ["AUDIO_EXTENSIONS", "Answer", "BatchError", "BatchRun", "Discovery", "Engine", "FileError",
+__all__ = ["AUDIO_EXTENSIONS", "BatchError", "BatchRun", "Discovery", "Engine", "FileError",
            "FileResult", "Interrupted", "Job", "LocalEngine", "Manifest", "Plan", "Reply", "RunError",
            "Summary", "Unavailable", "discover", "largest_first", "output_name", "output_text", "plan",
            "remove_stale_partials", "render_result", "transcribe_audio", "transcribe_paths",

@@ -44,7 +44,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from speaker_asr.batch import output_name, output_text, render_result  # noqa: F401 (the CLI's API)
 from speaker_asr.formats import FORMATS, TASKS
@@ -56,6 +56,7 @@ DEFAULT_MAX_WAIT_S = 600.0
 DEFAULT_REQUEST_TIMEOUT_S = 3600.0
 REMOTE_ONLY = ("token", "concurrency", "body", "max_wait", "request_timeout")
 HF_ENDPOINT_DOMAINS = (".endpoints.huggingface.cloud", ".huggingface.cloud", ".hf.space")
+T = TypeVar("T")
 
 
 def _positive_int(text: str) -> int:
@@ -264,14 +265,20 @@ def check_parameters(params: dict[str, Any]) -> None:
     InferenceConfig.from_request(params, ModelCapabilities(has_assistant=True))
 
 
+def _output_folder(args: argparse.Namespace) -> Optional[Path]:
+    """The folder the outputs go into: --output-dir, or --output naming a folder (one that exists,
+    or a path ending in /); None otherwise."""
+    if args.output_dir:
+        return Path(args.output_dir)
+    if args.output and (Path(args.output).is_dir() or args.output.endswith(("/", os.sep))):
+        return Path(args.output)
+    return None
+
+
 def destinations(args: argparse.Namespace, formats: list[str]) -> dict[str, Optional[Path]]:
     """format -> the file to write (None: stdout). Raises ValueError for several formats
     without a directory to write them into."""
-    directory: Optional[Path] = None
-    if args.output_dir:
-        directory = Path(args.output_dir)
-    elif args.output and (Path(args.output).is_dir() or args.output.endswith(("/", os.sep))):
-        directory = Path(args.output)
+    directory = _output_folder(args)
     if directory is None:
         if len(formats) > 1:
             raise ValueError(f"{len(formats)} formats ({', '.join(formats)}) need a directory to "
@@ -378,6 +385,22 @@ def _quiet_libraries() -> None:
         warnings.filterwarnings("ignore", category=category)
 
 
+def _setup(args: argparse.Namespace, place: Callable[[list[str]], T]) -> tuple[dict[str, Any], list[str], T, Any]:
+    """What one file and a batch run both start with, in this order: the request parameters and
+    the formats the options spell, where the outputs go (``place(formats)``: one file's
+    destinations or the batch's folder), the parameters checked, the engine (in this process or
+    --url) and what a raw body can carry; then the warning about a token over plain http. Raises
+    ValueError (exit 2) before anything is loaded or sent."""
+    params = request_parameters(args)
+    formats = requested_formats(args, params)
+    where = place(formats)
+    check_parameters({**params, "response_format": formats[0]})
+    engine = make_engine(args)
+    _check_body(engine, params, formats)
+    _warn_cleartext(engine)
+    return params, formats, where, engine
+
+
 def transcribe(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -386,13 +409,7 @@ def transcribe(args: argparse.Namespace) -> int:
     if _is_batch(args):
         return transcribe_many(args)
     try:
-        params = request_parameters(args)
-        formats = requested_formats(args, params)
-        targets = destinations(args, formats)
-        check_parameters({**params, "response_format": formats[0]})
-        engine = make_engine(args)
-        _check_body(engine, params, formats)
-        _warn_cleartext(engine)
+        params, formats, targets, engine = _setup(args, lambda formats: destinations(args, formats))
     except ValueError as exc:
         return _fail(str(exc), 2)
     file = args.file[0]
@@ -413,8 +430,8 @@ def transcribe(args: argparse.Namespace) -> int:
 
             display = progress_for(1, files=False)
             engine.watch = display.recording
-        answer = transcribe_audio(engine, audio, params, formats,
-                                  source=None if file == "-" else Path(file))
+        reply = transcribe_audio(engine, audio, params, formats,
+                                 source=None if file == "-" else Path(file))
     except RunError as exc:
         return _fail(str(exc), 1)
     except FileError as exc:
@@ -425,11 +442,11 @@ def transcribe(args: argparse.Namespace) -> int:
         if display is not None:
             display.close()
 
-    for warning in answer.warnings:
+    for warning in reply.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     from speaker_asr.batch import write_atomic
 
-    for fmt, text in answer.texts.items():
+    for fmt, text in reply.texts.items():
         path = targets[fmt]
         if path is None:
             _write_stdout(text)
@@ -442,10 +459,9 @@ def transcribe(args: argparse.Namespace) -> int:
 
 
 def _batch_output_dir(args: argparse.Namespace, count_hint: str) -> Path:
-    if args.output_dir:
-        return Path(args.output_dir)
-    if args.output and (Path(args.output).is_dir() or args.output.endswith(("/", os.sep))):
-        return Path(args.output)
+    directory = _output_folder(args)
+    if directory is not None:
+        return directory
     if args.output:
         raise ValueError(f"--output {args.output} names one file; {count_hint} need a folder to "
                          "write into: use --output-dir DIR")
@@ -498,14 +514,8 @@ def transcribe_many(args: argparse.Namespace) -> int:
         if "-" in args.file:
             raise ValueError("- (standard input) can only be transcribed alone, not with other "
                              "files or folders")
-        params = request_parameters(args)
-        formats = requested_formats(args, params)
-        output_dir = _batch_output_dir(args, "several recordings" if len(args.file) > 1
-                                       else "the recordings of a folder")
-        check_parameters({**params, "response_format": formats[0]})
-        engine = make_engine(args)
-        _check_body(engine, params, formats)
-        _warn_cleartext(engine)
+        hint = "several recordings" if len(args.file) > 1 else "the recordings of a folder"
+        params, formats, output_dir, engine = _setup(args, lambda formats: _batch_output_dir(args, hint))
         work = batch.plan(args.file, output_dir, formats, recursive=args.recursive,
                           overwrite=args.overwrite)
         manifest = batch.Manifest(args.manifest) if args.manifest else None
@@ -571,6 +581,13 @@ def transcribe_many(args: argparse.Namespace) -> int:
         summary.interrupted = True
     for line in summary.lines():
         say(line)
+    if code == 130 and run.busy:
+        # the second Ctrl-C stops at once: a recording still running on the run's threads (a
+        # model call, a request) would hold the interpreter's exit until it ends; its answer
+        # is dropped, and everything written is complete (the manifest is closed)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     if summary.interrupted and not summary.ok:
         return 130
     return code or (0 if summary.ok else 1)

@@ -247,23 +247,39 @@ class LineProgress:
         self._print(text)
 
     def update(self, result: FileResult) -> None:
+        """Account for one recording as it finishes (both displays): the count and the audio
+        done, then its line (:meth:`_status_line`) and its warnings. A skipped recording is not
+        counted: the total is of the recordings to do."""
         if result.status == "skipped":
             return
         self.count += 1
-        stamp = time.strftime("%H:%M:%S")
-        where = f"{stamp} [{self.count}/{self.total}] {result.job.name}"
-        seconds = result.seconds or 0.0
         if result.status == "done":
             self.audio += result.duration or 0.0
-            audio = f"{result.duration:.1f} s audio" if result.duration is not None else "audio"
-            outputs = ", ".join(str(p) for p in result.outputs)
-            self._print(f"{where}: done, {audio} in {seconds:.1f} s -> {outputs}")
+        where = self._where(result)
+        line = self._status_line(result)
+        if line is not None:
+            self._print(f"{where}: {line}")
+        if result.status == "done":
             for warning in result.warnings:
                 self._print(f"{where}: warning: {warning}")
-        elif result.status == "failed":
-            self._print(f"{where}: FAILED: {result.error}")
-        else:
-            self._print(f"{where}: not attempted")
+        self._advanced()
+
+    def _where(self, result: FileResult) -> str:
+        """``12:00:03 [3/40] talks/a.wav``."""
+        return f"{time.strftime('%H:%M:%S')} [{self.count}/{self.total}] {result.job.name}"
+
+    def _status_line(self, result: FileResult) -> Optional[str]:
+        """What is printed for the recording (after :meth:`_where`): every outcome here."""
+        if result.status == "done":
+            audio = f"{result.duration:.1f} s audio" if result.duration is not None else "audio"
+            outputs = ", ".join(str(p) for p in result.outputs)
+            return f"done, {audio} in {result.seconds or 0.0:.1f} s -> {outputs}"
+        if result.status == "failed":
+            return f"FAILED: {result.error}"
+        return "not attempted"
+
+    def _advanced(self) -> None:
+        """After each recording counted (the bar moves)."""
 
     def close(self) -> None:
         pass
@@ -313,16 +329,14 @@ class BarProgress(LineProgress):
             with lock:
                 line.close()  # cleared (leave=False); a later redraw does nothing
 
-    def update(self, result: FileResult) -> None:
-        if result.status == "skipped":
-            return
-        self.count += 1
-        if result.status == "done":
-            self.audio += result.duration or 0.0
-            for warning in result.warnings:
-                self._print(f"{result.job.name}: warning: {warning}")
-        elif result.status == "failed":
-            self._print(f"{result.job.name}: FAILED: {result.error}")
+    def _where(self, result: FileResult) -> str:
+        return result.job.name
+
+    def _status_line(self, result: FileResult) -> Optional[str]:
+        """Only failures: the bar counts the rest."""
+        return f"FAILED: {result.error}" if result.status == "failed" else None
+
+    def _advanced(self) -> None:
         if self.bar is None:
             return
         wall = time.monotonic() - self.started

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from speaker_asr.audio.files import media_type
+from speaker_asr.audio.files import upload_content_type
 from speaker_asr.batch import FileError, Interrupted, Reply, RunError, Unavailable
 
 logger = logging.getLogger("speaker_asr.remote")
@@ -238,7 +238,7 @@ class RemoteEngine:
     def respond(self, audio: bytes, parameters: dict[str, Any], source: Optional[Path],
                 stop: threading.Event) -> Reply:
         data, headers, query = self._request(audio, parameters, source)
-        attempts, waited = 0, 0.0
+        attempts = 0
         first_failure: Optional[float] = None
         while True:
             if stop.is_set() and attempts:
@@ -246,7 +246,7 @@ class RemoteEngine:
             attempts += 1
             attempt = self._post(data, headers, query)
             if attempt.status == 200:
-                return Reply(attempt.response, attempts=attempts, waited=waited)
+                return Reply(attempt.response, attempts=attempts)
             retryable = attempt.status is None or self.policy.retryable(attempt.status)
             if not retryable:
                 raise self._failure(attempt, attempts)
@@ -266,7 +266,6 @@ class RemoteEngine:
             logger.info("%s: %s; retrying in %.1f s", source or self.shown_url, self.redact(attempt.reason), delay)
             if stop.wait(delay):
                 raise Interrupted()
-            waited += delay
 
     # -- one request
 
@@ -280,7 +279,7 @@ class RemoteEngine:
                 query = query_items(parameters)
             except ValueError as exc:
                 raise RunError(str(exc)) from None
-            headers["Content-Type"] = media_type(source) if source is not None else "application/octet-stream"
+            headers["Content-Type"] = upload_content_type(source) if source is not None else "application/octet-stream"
             return audio, headers, query
         import base64
 

@@ -258,7 +258,7 @@ class FakeEngine:
                 raise Unavailable("gave up after 3 attempts", attempts=3)
             if name.startswith("token"):
                 raise RunError("the endpoint refused the token")
-            if name.startswith("wait") and stop.wait(5):
+            if name.startswith("wait") and stop.wait(60):
                 raise Interrupted()
             response = dict(GOLDEN_RESPONSE)
             fmt = parameters.get("response_format", "json")
@@ -322,10 +322,26 @@ def test_nothing_to_do_never_loads_the_engine(tmp_path):
 
 
 def test_concurrency_is_bounded_by_the_engine(tmp_path):
+    """Each recording waits (a barrier of 3) until three are in flight at once: a run sending
+    fewer at a time breaks the barrier (the recordings fail), one sending more shows more."""
+
+    class Engine(FakeEngine):
+        def respond(self, audio, parameters, source, stop):
+            with self.lock:
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            try:
+                together.wait()
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+            return super().respond(audio, parameters, source, stop)
+
+    together = threading.Barrier(3, timeout=60)
     root = folder(tmp_path, [f"f{i}.wav" for i in range(9)])
-    engine = FakeEngine(concurrency=3, delay=0.1)
+    engine = Engine(concurrency=3)
     results = list(BatchRun(plan([root], tmp_path / "out", ["json"]), engine))
-    assert [r.status for r in results] == ["done"] * 9
+    assert [r.status for r in results] == ["done"] * 9, [r.error for r in results]
     assert engine.most_in_flight == 3
 
 
@@ -343,14 +359,23 @@ def test_stop_ends_the_run_after_the_recordings_in_hand(tmp_path):
 
 
 def test_a_recording_waiting_when_the_run_stops_is_not_attempted(tmp_path):
+    """wait.wav waits for the stop (FakeEngine: it answers if the stop does not come); the stop
+    is set once it has begun."""
+
+    class Engine(FakeEngine):
+        began = threading.Event()
+
+        def respond(self, audio, parameters, source, stop):
+            self.began.set()
+            return super().respond(audio, parameters, source, stop)
+
     root = folder(tmp_path, ["wait.wav", "z.wav"])
     stop = threading.Event()
-    threading.Timer(0.2, stop.set).start()
-    started = time.monotonic()
-    results = list(BatchRun(plan([root], tmp_path / "out", ["json"]), FakeEngine(), stop=stop))
+    engine = Engine()
+    threading.Thread(target=lambda: engine.began.wait(60) and stop.set(), daemon=True).start()
+    results = list(BatchRun(plan([root], tmp_path / "out", ["json"]), engine, stop=stop))
     assert [(r.job.source.name, r.status) for r in results] == [("wait.wav", "not_attempted"),
                                                                 ("z.wav", "not_attempted")]
-    assert time.monotonic() - started < 3
 
 
 def test_a_refused_token_ends_the_run(tmp_path):
@@ -375,17 +400,33 @@ def test_every_recording_in_flight_giving_up_ends_the_run(tmp_path):
 
 
 def test_after_a_give_up_nothing_new_is_sent_until_one_in_flight_gets_through(tmp_path):
-    """Two in flight: down1 gives up, so z1 and z2 wait; a (in flight beside it, slower) gets
-    through, and the run goes on."""
+    """Two in flight: down1 gives up, so z1 and z2 wait; a (in flight beside it) gets through,
+    and the run goes on. a answers only once down1 has given up, and then looks for a while
+    whether z1 was sent to the thread down1 freed (a run that held nothing would send it at
+    once); a slow machine can only make it see nothing, never a z too soon."""
 
     class Engine(FakeEngine):
-        started: dict = {}
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.events: list[str] = []
+            self.gave_up = threading.Event()
+            self.z_sent = threading.Event()
+            self.held = None
 
         def respond(self, audio, parameters, source, stop):
-            self.started[source.name] = time.monotonic()
-            if source.name == "a.wav":
-                time.sleep(0.3)
-            return super().respond(audio, parameters, source, stop)
+            name = source.name
+            if name.startswith("z"):
+                self.events.append(f"{name} sent")
+                self.z_sent.set()
+            if name == "a.wav":
+                assert self.gave_up.wait(60)
+                self.held = not self.z_sent.wait(0.5)
+                self.events.append("a answered")
+            try:
+                return super().respond(audio, parameters, source, stop)
+            finally:
+                if name == "down1.wav":
+                    self.gave_up.set()
 
     root = folder(tmp_path, ["down1.wav", "z1.wav", "z2.wav"])
     touch(root / "a.wav", b"x" * 100)  # the largest: sent first, beside down1
@@ -394,9 +435,40 @@ def test_after_a_give_up_nothing_new_is_sent_until_one_in_flight_gets_through(tm
     results = [(r.job.source.name, r.status) for r in run]
     assert results[:2] == [("down1.wav", "failed"), ("a.wav", "done")]
     assert sorted(results[2:]) == [("z1.wav", "done"), ("z2.wav", "done")]
-    # z1 was held back while a was still running, though a worker was free
-    assert engine.started["z1.wav"] >= engine.started["a.wav"] + 0.3
+    # z1 was held back while a was still running, though a thread was free
+    assert engine.held and engine.events[0] == "a answered", engine.events
     assert run.stopped_because is None
+
+
+def test_leaving_a_run_early_does_not_wait_for_the_recordings_in_flight(tmp_path):
+    """A caller that stops iterating (a second Ctrl-C) gets control back at once: b is still
+    held by the engine when the loop is left, and its answer is dropped (nothing written)."""
+    release = threading.Event()
+
+    class Engine(FakeEngine):
+        def respond(self, audio, parameters, source, stop):
+            if source.name == "b.wav":
+                release.wait(60)
+            return super().respond(audio, parameters, source, stop)
+
+    root = folder(tmp_path, ["a.wav", "b.wav"])
+    out = tmp_path / "out"
+    run = BatchRun(plan([root], out, ["json"]), Engine(concurrency=2))
+    try:
+        for result in run:
+            assert (result.job.source.name, result.status) == ("a.wav", "done")
+            break
+        assert run.busy  # b is still being transcribed, and the loop is over
+    finally:
+        release.set()
+    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
+
+
+def test_a_reply_reads_the_warnings_and_the_duration_from_the_response():
+    reply = batch.Reply({"text": "hi", "duration": 12, "warnings": ["the diarization failed"]}, attempts=2)
+    assert reply.warnings == ["the diarization failed"] and reply.duration == 12.0 and reply.texts == {}
+    assert batch.Reply({"duration": True, "warnings": "one"}).duration is None
+    assert batch.Reply({"warnings": "one"}).warnings == [] and batch.Reply("text").warnings == []
 
 
 def test_a_write_error_fails_that_recording(tmp_path):
@@ -482,6 +554,31 @@ def test_progress_bar_on_a_terminal(tmp_path):
     text = stream.getvalue()
     assert "transcribing: 2/3 files" in text and "0.50 h audio, RTF " in text
     assert f"{tmp_path}/talks/a.wav: FAILED: gave up after 5 attempts" in text
+
+
+def test_both_displays_keep_the_same_account(tmp_path):
+    """The line display and the bar count the same recordings and audio (one bookkeeping); each
+    prints its own: every outcome as a line, or only failures and warnings above the bar."""
+    from speaker_asr.progress import BarProgress, LineProgress
+
+    results = [_result(tmp_path, "skipped"), _result(tmp_path, "done", duration=30.0, seconds=2.0),
+               _result(tmp_path, "failed", error="could not decode"), _result(tmp_path, "not_attempted"),
+               _result(tmp_path, "done", duration=12.5, seconds=1.0, warnings=["no speech"])]
+    lines, terminal = io.StringIO(), io.StringIO()
+    shown = [LineProgress(4, lines), BarProgress(4, terminal)]
+    for display in shown:
+        for result in results:
+            display.update(result)
+    assert [(d.count, d.audio) for d in shown] == [(4, 42.5), (4, 42.5)]
+    assert shown[1].bar.n == 4
+    shown[1].close()
+    text = lines.getvalue().splitlines()
+    assert [line.split("] ", 1)[0][-3:] for line in text] == ["1/4", "2/4", "3/4", "4/4", "4/4"]
+    assert text[2].endswith("a.wav: not attempted") and text[4].endswith("a.wav: warning: no speech")
+    bar = terminal.getvalue()
+    assert f"{tmp_path}/talks/a.wav: FAILED: could not decode" in bar
+    assert f"{tmp_path}/talks/a.wav: warning: no speech" in bar
+    assert "not attempted" not in bar and ": done," not in bar
 
 
 def test_the_batch_modules_import_no_torch():

@@ -330,3 +330,25 @@ def test_output_and_output_dir_are_exclusive(capsys):
         cli.main(["transcribe", "x.wav", "-o", "a.json", "-d", "out"])
     assert exc.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--speaker-names", "Alice,Alice"], "twice"),
+    (["--param", "response_format=docx"], "unknown format 'docx'"),
+    (["--token", "x"], "--token is for --url"),
+    (["--url", "localhost:8080"], "is not an http:// or https:// URL"),
+])
+def test_one_file_and_a_batch_run_check_the_options_alike(fake, capsys, args, fragment):
+    """One set-up serves both: the same option is refused with the same message, before the
+    handler is loaded or anything is sent."""
+    from speaker_asr import cli
+
+    other = fake.dir / "other.flac"
+    other.write_bytes(b"fLaC not really")
+    one = cli.main(["transcribe", str(fake.audio), *args])
+    err_one = capsys.readouterr().err
+    many = cli.main(["transcribe", str(fake.audio), str(other), "-d", str(fake.dir / "out"), *args])
+    err_many = capsys.readouterr().err
+    assert one == many == 2, (err_one, err_many)
+    assert fragment in err_one and err_one == err_many
+    assert fake.calls == [] and not (fake.dir / "out").exists()

@@ -119,14 +119,13 @@ def test_nothing_left_to_do_returns_without_loading_a_model(tiny_models, tmp_pat
     (src / "x.wav").write_bytes(encode(tone(1.0)))
     (out / "x.json").parent.mkdir()
     (out / "x.json").write_text("{}\n")
-    # a model load would fail with these settings
+    # a model load would fail with these settings (exit 1, as the --overwrite run shows): exit 0
+    # is the proof that none was loaded, whatever the time it took
     env = cli_env(tiny_models, ASR_MODEL="/nonexistent/whisper", DEVICE="nonsense")
-    started = time.monotonic()
     proc = run_cli(["transcribe", src, "-d", out], env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"nothing to do: the recording is transcribed in {out} (--overwrite transcribes it again)" in proc.stderr
     assert "1 recording: done 0, skipped 1 (already done), failed 0" in proc.stderr
-    assert time.monotonic() - started < 30
     proc = run_cli(["transcribe", src, "-d", out, "--overwrite"], env, timeout=120)
     assert proc.returncode == 1 and "error: could not load the models" in proc.stderr
 

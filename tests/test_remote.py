@@ -3,8 +3,10 @@ each test scripts: 503 with Retry-After and then 200, 503 for ever (the recordin
 says so), 429 without Retry-After (backoff), 400 and 413 (the file's own failure, not retried),
 401 (the run stops), connections refused or closed, a slow answer (the request timeout), and the
 bodies sent (base64 JSON or raw audio with the parameters in the query string, the bearer token).
-The waits are real sleeps, kept tiny by the retry policy's parameters. The token never appears in
-a message, a manifest or an output, even when a server echoes it back."""
+The waits are real, kept tiny by the retry policy's parameters, and checked by what the engine
+asked for (:class:`Waits`, the stop event it waits on), not by the clock: a slow machine makes the
+gaps longer, never the delays chosen. The token never appears in a message, a manifest or an
+output, even when a server echoes it back."""
 
 from __future__ import annotations
 
@@ -136,8 +138,26 @@ def engine(url, **kw) -> RemoteEngine:
     return RemoteEngine(url, **kw)
 
 
+class Waits(threading.Event):
+    """The stop event handed to the engine, recording each wait it asks of it (its retry delays)
+    as (seconds asked, whether the wait ended because the stop was set)."""
+
+    def __init__(self):
+        super().__init__()
+        self.waits: list[tuple[float, bool]] = []
+
+    def wait(self, timeout=None):
+        ended = super().wait(timeout)
+        self.waits.append((timeout, ended))
+        return ended
+
+    @property
+    def delays(self) -> list[float]:
+        return [delay for delay, _ in self.waits]
+
+
 def respond(eng: RemoteEngine, audio=b"RIFF-audio", parameters=None, source=Path("talk.wav"), stop=None):
-    return eng.respond(audio, parameters or {"language": "en"}, source, stop or threading.Event())
+    return eng.respond(audio, parameters or {"language": "en"}, source, stop if stop is not None else Waits())
 
 
 # --------------------------------------------------------------------------- retries
@@ -145,38 +165,43 @@ def respond(eng: RemoteEngine, audio=b"RIFF-audio", parameters=None, source=Path
 
 def test_503_with_retry_after_then_200(serve):
     server = serve([unavailable("0.3"), unavailable("0.3"), OK])
-    reply = respond(engine(server.url))
+    stop = Waits()
+    reply = respond(engine(server.url), stop=stop)
     assert reply.response == json.loads(GOLDEN_TEXT)
-    assert reply.attempts == 3 and reply.waited >= 0.6
-    assert len(server.requests) == 3
-    assert all(gap >= 0.3 for gap in server.gaps()), server.gaps()  # Retry-After honoured
-    assert all(gap < 0.3 * 1.1 + 0.5 for gap in server.gaps()), server.gaps()  # ... plus at most 10 %
+    assert reply.attempts == 3 and len(server.requests) == 3
+    # Retry-After honoured, plus at most 10 % jitter
+    assert len(stop.delays) == 2 and all(0.3 <= d <= 0.33 for d in stop.delays), stop.delays
+    assert all(gap >= 0.3 for gap in server.gaps()), server.gaps()  # ... and really waited
 
 
 def test_an_http_date_retry_after_is_honoured_too(serve):
     from email.utils import formatdate
 
     server = serve([unavailable(formatdate(time.time() + 2, usegmt=True)), OK])
-    reply = respond(engine(server.url, policy=RetryPolicy(initial_s=0.02, max_delay_s=0.1, max_wait_s=5)))
-    assert reply.attempts == 2 and server.gaps()[0] >= 1.0  # whole seconds in an HTTP date
+    stop = Waits()
+    reply = respond(engine(server.url, policy=RetryPolicy(initial_s=0.02, max_delay_s=0.1, max_wait_s=5)), stop=stop)
+    assert reply.attempts == 2
+    # whole seconds in an HTTP date: 1 to 2 s from now, plus up to 10 %
+    assert len(stop.delays) == 1 and 1.0 <= stop.delays[0] <= 2.2, stop.delays
+    assert server.gaps()[0] >= stop.delays[0]
 
 
 def test_always_503_gives_up_within_the_budget_and_says_so(serve):
     server = serve([unavailable()])
-    policy = RetryPolicy(initial_s=0.05, max_delay_s=0.4, max_wait_s=1.5)
-    started = time.monotonic()
+    stop = Waits()
     with pytest.raises(Unavailable) as exc:
-        respond(engine(server.url, policy=policy))
-    elapsed = time.monotonic() - started
+        respond(engine(server.url), stop=stop)
     message = str(exc.value)
     assert message.startswith(f"gave up after {len(server.requests)} attempts over ")
-    assert "the limit is 1.5 s of retrying, --max-wait" in message
+    assert "the limit is 1 s of retrying, --max-wait" in message
     assert "last answer: 503 Service Unavailable: the model is loading (request id batch-" in message
-    assert elapsed < policy.max_wait_s + 1.0
-    assert len(server.requests) >= 4  # backed off, but retried
-    gaps = server.gaps()
-    # exponential: 0.025-0.05 s, 0.05-0.1, 0.1-0.2, then 0.2-0.4 (equal jitter under the cap)
-    assert gaps[-1] >= 0.2 and gaps[0] < 0.2, gaps
+    assert len(server.requests) >= 4 and len(stop.delays) == len(server.requests) - 1  # backed off, but retried
+    assert sum(stop.delays) <= FAST.max_wait_s  # within the budget
+    # exponential, equal jitter: the n-th wait is in [cap/2, cap], cap = initial * 2**(n-1) up to max_delay
+    for n, delay in enumerate(stop.delays, 1):
+        cap = min(FAST.max_delay_s, FAST.initial_s * 2 ** (n - 1))
+        assert cap / 2 <= delay <= cap, (n, stop.delays)
+    assert not any(ended for _, ended in stop.waits)
 
 
 def test_a_retry_after_beyond_the_budget_gives_up_at_once(serve):
@@ -189,9 +214,10 @@ def test_a_retry_after_beyond_the_budget_gives_up_at_once(serve):
 def test_429_502_504_are_retried_with_backoff(serve):
     server = serve([(429, {}, '{"error": "slow down"}'), (502, {}, "<html>bad gateway</html>"),
                     (504, {}, ""), OK])
-    reply = respond(engine(server.url))
-    assert reply.attempts == 4
-    assert all(gap >= FAST.initial_s / 2 for gap in server.gaps())
+    stop = Waits()
+    reply = respond(engine(server.url), stop=stop)
+    assert reply.attempts == 4 and len(stop.delays) == 3
+    assert all(delay >= FAST.initial_s / 2 for delay in stop.delays), stop.delays
 
 
 def test_connection_refused_is_retried_then_given_up(tmp_path):
@@ -258,11 +284,12 @@ def test_no_token_says_how_to_give_one(serve):
 
 def test_a_slow_answer_times_out_once_and_is_not_resent(serve):
     server = serve([OK], delay=1.0)
+    stop = Waits()
     with pytest.raises(FileError, match=r"no answer within 0\.3 s of sending \(--request-timeout\)") as exc:
-        respond(engine(server.url, timeout_s=0.3))
+        respond(engine(server.url, timeout_s=0.3), stop=stop)
     assert not isinstance(exc.value, Unavailable)
-    time.sleep(1.0)
-    assert len(server.requests) == 1
+    # respond has returned: nothing more can be sent; it neither waited to retry nor resent
+    assert len(server.requests) == 1 and stop.waits == []
 
 
 def test_a_200_that_is_not_json_fails_the_file(serve):
@@ -272,15 +299,24 @@ def test_a_200_that_is_not_json_fails_the_file(serve):
 
 
 def test_stopping_puts_down_a_recording_waiting_to_retry(serve):
+    """The stop is set once the server has answered 503 (Retry-After: 30); the engine's wait for
+    the retry ends because of it, not when the 30 s are up (a run that ignored the stop would
+    give up after 60 s of retrying: Unavailable, not Interrupted)."""
     from speaker_asr.batch import Interrupted
 
-    server = serve([unavailable("30")])
-    stop = threading.Event()
-    threading.Timer(0.3, stop.set).start()
-    started = time.monotonic()
+    answered = threading.Event()
+
+    def first(request):
+        answered.set()
+        return unavailable("30")
+
+    server = serve([first])
+    stop = Waits()
+    threading.Thread(target=lambda: answered.wait(60) and stop.set(), daemon=True).start()
     with pytest.raises(Interrupted):
-        respond(engine(server.url, policy=RetryPolicy(initial_s=1, max_wait_s=600)), stop=stop)
-    assert time.monotonic() - started < 5
+        respond(engine(server.url, policy=RetryPolicy(initial_s=1, max_wait_s=60)), stop=stop)
+    assert len(stop.waits) == 1 and stop.delays[0] >= 30 and stop.waits[0][1], stop.waits
+    assert len(server.requests) == 1
 
 
 # --------------------------------------------------------------------------- what is sent
@@ -375,15 +411,23 @@ def test_parse_retry_after():
 
 
 def test_concurrency_is_bounded_against_a_server(serve, tmp_path):
-    server = serve([OK], delay=0.2)
+    """The server answers each request once three are in flight together (a barrier): fewer at
+    a time break it (503s), more show in most_in_flight."""
+    together = threading.Barrier(3, timeout=60)
+
+    def in_threes(request):
+        together.wait()
+        return OK(request)
+
+    server = serve([in_threes])
     root = tmp_path / "in"
     root.mkdir()
-    for i in range(8):
+    for i in range(9):
         (root / f"f{i}.wav").write_bytes(b"RIFF" + bytes([i]))
     results = list(BatchRun(plan([root], tmp_path / "out", ["srt"]), engine(server.url, concurrency=3)))
-    assert [r.status for r in results] == ["done"] * 8
-    assert server.most_in_flight == 3 and len(server.requests) == 8
-    assert {r["headers"]["X-Request-Id"] for r in server.requests}.__len__() == 8
+    assert [r.status for r in results] == ["done"] * 9, [r.error for r in results]
+    assert server.most_in_flight == 3 and len(server.requests) == 9
+    assert {r["headers"]["X-Request-Id"] for r in server.requests}.__len__() == 9
 
 
 def run_cli(args, env, timeout=120) -> subprocess.CompletedProcess:
@@ -404,11 +448,9 @@ def test_the_command_line_against_an_endpoint_that_stays_unavailable(serve, tmp_
     out, manifest = tmp_path / "out", tmp_path / "run.jsonl"
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("HF_TOKEN", "API_KEY")}
     env.update(HF_TOKEN=FAKE_TOKEN, PYTHONUNBUFFERED="1")
-    started = time.monotonic()
     proc = run_cli(["transcribe", root, "-d", out, "--url", server.url, "--max-wait", "1", "--concurrency", "2",
                     "--manifest", manifest, "-f", "json,srt"], env)
     assert proc.returncode == 1, proc.stderr
-    assert time.monotonic() - started < 30
     assert server.requests[0]["headers"]["Authorization"] == f"Bearer {FAKE_TOKEN}"
     lines = [json.loads(line) for line in manifest.read_text().splitlines()]
     assert [line["status"] for line in lines] == ["failed", "failed", "not_attempted", "not_attempted"]
@@ -434,6 +476,63 @@ def test_the_command_line_retries_then_writes(serve, tmp_path):
     assert server.requests[-1]["headers"]["Authorization"] == f"Bearer {FAKE_TOKEN}"  # from API_KEY
     assert json.loads(server.requests[-1]["body"])["parameters"] == {"speaker_names": ["Ann"], "response_format": "txt"}
     assert FAKE_TOKEN not in proc.stdout + proc.stderr
+
+
+@pytest.mark.subprocess
+def test_a_second_ctrl_c_stops_at_once_with_requests_in_flight(serve, tmp_path):
+    """The server holds every request until the test ends. The first Ctrl-C waits for the
+    recordings in hand; the second ends the run at once: the process exits (130) while both
+    requests are still unanswered, says what was done, and writes nothing."""
+    import os
+    import signal
+
+    release, two_in = threading.Event(), threading.Event()
+
+    def held(request):
+        if len(server.requests) >= 2:
+            two_in.set()
+        release.wait(120)
+        return OK(request)
+
+    server = serve([held])
+    root = tmp_path / "in"
+    root.mkdir()
+    for name in ("a.wav", "b.wav", "c.wav"):
+        (root / name).write_bytes(b"RIFF....WAVE")
+    out, manifest = tmp_path / "out", tmp_path / "run.jsonl"
+    env = dict(os.environ, API_KEY=FAKE_TOKEN, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "speaker_asr", "transcribe", str(root), "-d", str(out),
+                             "--url", server.url, "--concurrency", "2", "--manifest", str(manifest)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said, acknowledged = [], threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            said.append(line)
+            if line.startswith("stopping after the recordings in hand"):
+                acknowledged.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert two_in.wait(60), "the two requests never arrived"
+        proc.send_signal(signal.SIGINT)
+        assert acknowledged.wait(60), "".join(said)  # the first Ctrl-C, acknowledged
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        assert server.in_flight == 2  # it exited with both requests still unanswered
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    err = "".join(said)
+    assert proc.returncode == 130, err
+    assert "3 recordings: done 0, skipped 0 (already done), failed 0, not attempted 3" in err
+    assert "interrupted: what is done is written in full" in err and "Traceback" not in err
+    assert manifest.read_text() == "" and not out.exists()
+    assert FAKE_TOKEN not in err
 
 
 @pytest.mark.subprocess

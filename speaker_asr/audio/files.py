@@ -1,4 +1,4 @@
-"""Which files are recordings, by their extension, and the media type to send each one as.
+"""Which files are recordings, by their extension, and the Content-Type each one is uploaded with.
 
 A folder given to ``python -m speaker_asr transcribe`` is searched for files whose extension is in
 :data:`AUDIO_EXTENSIONS` (case-insensitive); everything else is skipped. The list is what the
@@ -6,9 +6,10 @@ decoder reads (audio/decode.py: libsndfile for WAV, FLAC, MP3, Ogg; ffmpeg for t
 containers included, their first audio stream). A file named on the command line is always
 tried, whatever its extension.
 
-:func:`media_type` is the ``Content-Type`` a raw upload of that file gets: one of the audio types
-the Inference Endpoints toolkit accepts where one fits (it refuses any other), ``audio/x-audio``
-(which it also accepts) for the rest. Pure Python.
+:func:`upload_content_type` is the ``Content-Type`` a raw upload of a recording is sent with
+(``transcribe --url --body raw``): one of the audio types the Inference Endpoints toolkit accepts
+where one fits (it refuses any other), ``audio/x-audio`` (which it also accepts) for the rest.
+Pure Python.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from pathlib import PurePath
 
 # extension -> Content-Type of a raw upload (the inference toolkit's own list where one fits)
-_MEDIA_TYPES = {
+_UPLOAD_CONTENT_TYPES = {
     "wav": "audio/wav", "wave": "audio/wav", "bwf": "audio/wav", "rf64": "audio/wav",
     "flac": "audio/flac",
     "mp3": "audio/mpeg", "mpga": "audio/mpeg",
@@ -31,8 +32,8 @@ _MEDIA_TYPES = {
     "ac3": "audio/x-audio", "w64": "audio/x-audio",
 }
 
-AUDIO_EXTENSIONS: frozenset[str] = frozenset(_MEDIA_TYPES)
-FALLBACK_MEDIA_TYPE = "audio/x-audio"
+AUDIO_EXTENSIONS: frozenset[str] = frozenset(_UPLOAD_CONTENT_TYPES)
+FALLBACK_CONTENT_TYPE = "audio/x-audio"
 
 
 def extension(path: "str | PurePath") -> str:
@@ -45,6 +46,6 @@ def is_audio(path: "str | PurePath") -> bool:
     return extension(path) in AUDIO_EXTENSIONS
 
 
-def media_type(path: "str | PurePath") -> str:
-    """The Content-Type to upload ``path`` with (``audio/x-audio`` for an unknown extension)."""
-    return _MEDIA_TYPES.get(extension(path), FALLBACK_MEDIA_TYPE)
+def upload_content_type(path: "str | PurePath") -> str:
+    """The Content-Type a raw upload of ``path`` is sent with (``audio/x-audio`` for an unknown extension)."""
+    return _UPLOAD_CONTENT_TYPES.get(extension(path), FALLBACK_CONTENT_TYPE)
