@@ -122,9 +122,13 @@ WEIGHTS: Mapping[str, float] = {
     # over the end of another's). A quarter word: it settles only a tie nothing else settles
     # (pyannote 3.x, no dominant voice, at the start of a sentence)
     "newest": 0.25,
-    # the speaker of the previous word of the same sentence, times their cover of this word:
-    # Whisper keeps writing the voice it was writing while that voice goes on. Half a word: it
-    # settles a tie between covering turns, never a clear share
+    # 1 for the speaker of the previous word of the same sentence when their turns cover the
+    # whole of this word (a zero-length word: hold its instant): Whisper keeps writing the voice
+    # it was writing while that voice goes on. Half a word: since that speaker covers the whole
+    # word, nobody covers more, so it settles a tie between covering turns (against newest and
+    # part of dominant), never a clear share. A voice whose turn ends or begins inside the word
+    # does not go on through it and gets nothing (scaled by its share instead, it added half
+    # again to a partial cover and could outweigh a larger one)
     "continuity": 0.5,
     # the sentence's speaker (:func:`sentence_speakers`: the one speaker the words that single
     # out a speaker in that sentence agree on): Whisper's sentences are one voice far more often
@@ -238,6 +242,11 @@ def sentence_speakers(words: Sequence[Word], evidence: Sequence[Evidence]) -> li
     return out
 
 
+def goes_on(ev: Evidence, speaker: str) -> bool:
+    """Whether ``speaker``'s turns cover the whole word (its instant, for a zero-length word)."""
+    return ev.present.get(speaker, 0.0) >= 1.0 - 1e-9
+
+
 def _weights(rules: frozenset, weights: Optional[Mapping[str, float]]) -> dict[str, float]:
     out = dict(WEIGHTS)
     unknown = sorted(set(weights or {}) - set(WEIGHTS))
@@ -264,8 +273,8 @@ def attribute_words(words: Sequence[Word], turns: Iterable[Turn],
 
     and the highest score wins, ties to the first label. ``cover``: the share of the word the
     speaker's turns cover; ``dominant``: the share where people talk at once and pyannote 4 heard
-    this speaker; ``continuity``: the cover again, for the speaker chosen for the previous word of
-    the same sentence; ``sentence``: 1 for the sentence's speaker (:func:`sentence_speakers`);
+    this speaker; ``continuity``: 1 for the speaker chosen for the previous word of the same
+    sentence when their turns cover the whole word; ``sentence``: 1 for the sentence's speaker (:func:`sentence_speakers`);
     ``gap``: seconds to the speaker's nearest turn. Before the decision, one step, ``tidy``
     (:func:`tidy_word_times`): words stretched over a pause at a sentence boundary are cut back
     to the edge that touches speech.
@@ -294,7 +303,7 @@ def attribute_words(words: Sequence[Word], turns: Iterable[Turn],
             cover = ev.cover.get(s, 0.0)
             return round(weight["cover"] * cover + weight["dominant"] * ev.dominant.get(s, 0.0)
                          + weight["newest"] * ev.newest.get(s, 0.0)
-                         + weight["continuity"] * (ev.present.get(s, 0.0) if s == following else 0.0)
+                         + weight["continuity"] * (s == following and goes_on(ev, s))
                          + weight["sentence"] * (s == sentence[k]) - weight["gap"] * ev.gap[s], 9)
 
         out.append(Word(w.text, w.start, w.end, max(sorted(ev.gap), key=score)))

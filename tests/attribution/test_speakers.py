@@ -211,12 +211,29 @@ def test_overlapped_speech_keeps_the_voice_whisper_was_writing():
     assert [w.speaker for w in attribute_words([Word(" so.", 4.5, 4.9), Word(" Yes", 5.7, 6.6)], t)] == [A, B]
     # ... unless its sentence says otherwise: "so yes" is one sentence, and only A is clear in it
     assert [w.speaker for w in attribute_words([Word(" so", 4.5, 4.9), Word(" yes", 5.7, 6.6)], t)] == [A, A]
-    # the voice before must go on through the whole word: A stops at 5.5, in the middle of it
-    # (on cover alone B covers more of " what"; A's 0.8 + 0.5 x 0.8 continuity + 1 sentence wins)
+    # A stops at 5.5, in the middle of " what": no continuity (A does not go on through it), and
+    # on cover alone B covers more of it; the sentence's speaker decides (A 0.8 + 1 against
+    # B 1 + 0.25 x 0.8 newest)
     t = turns((0.0, 5.5, A), (5.0, 9.0, B))
     words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.6)]
     assert [w.speaker for w in attribute_words(words, t, rules=())] == [A, B]
     assert [w.speaker for w in attribute_words(words, t)] == [A, A]
+
+
+def test_continuity_needs_the_voice_to_go_on_through_the_whole_word():
+    """Issue 29, AMI EN2006b: a word stretched over a turn edge is covered 0.8 by A and 0.5 by B,
+    whose earlier turn holds the previous words. B's turns do not cover all of it, so B gets no
+    continuity there and A's larger cover wins (scaled by B's share, continuity gave B
+    0.5 + 0.12 newest + 0.25 = 0.87 against A's 0.8). On the next word both turns cover it
+    wholly and the voice of the word before, A's, goes on: A 1 + 0.5 against B 1 + 0.25 newest.
+    The sentence has no speaker of its own (its first words single out B, its last A)."""
+    t = turns((0.0, 1.0, B), (1.5, 10.0, A), (2.5, 4.0, B))
+    words = [Word(" I", 0.2, 0.5), Word(" think", 0.5, 0.9), Word(" it", 0.9, 0.9),
+             Word(" should", 0.9, 3.9), Word(" be", 3.9, 4.0), Word(" a", 4.1, 4.3),
+             Word(" break.", 4.3, 4.6)]
+    assert [w.speaker for w in attribute_words(words, t)] == [B, B, B, A, A, A, A]
+    # left out, cover and newest alone decide " be" (B's turn began last)
+    assert [w.speaker for w in attribute_words(words, t, rules=("tidy", "newest", "sentence"))][3:5] == [A, B]
 
 
 def test_overlapped_sentence_start_goes_to_the_dominant_voice_or_the_new_turn():
