@@ -165,6 +165,9 @@ def load_before(rev: str, regular: bool = False) -> Callable:
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("speakers_before", path)
     module = importlib.util.module_from_spec(spec)
+    # registered before it runs, as an import would: dataclasses look their module up there
+    # (since issue 29 the attribution module defines one)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
 
     both = "exclusive" in inspect.signature(module.attribute_words).parameters  # issue 22 and later
