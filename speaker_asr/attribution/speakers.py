@@ -132,9 +132,10 @@ WEIGHTS: Mapping[str, float] = {
     "continuity": 0.5,
     # the sentence's speaker (:func:`sentence_speakers`: the one speaker the words that single
     # out a speaker in that sentence agree on): Whisper's sentences are one voice far more often
-    # than its word times are right at a turn edge. A whole word: it outweighs the evidence of a
-    # word the turns do not single out, and never meets a word that singles out someone else
-    # (that word would have made the sentence ambiguous)
+    # than its word times are right at a turn edge. A whole word: it outweighs most evidence of a
+    # word the turns do not single out (not a larger cover with dominant and newest on top of it,
+    # e.g. AMI EN2001a " than" in eval/README.md), and never meets a word that singles out
+    # someone else (that word would have made the sentence ambiguous)
     "sentence": 1.0,
     # subtracted per second between the word and the speaker's nearest turn: a speaker 1 s away
     # has lost a whole word's coverage, so the sentence's speaker reaches 1 s (:data:`REACH`)
