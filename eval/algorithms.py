@@ -134,18 +134,7 @@ def max_overlap(pieces: Sequence[Word], turns: Sequence[Turn]) -> list[Word]:
     """WhisperX's ``assign_word_speakers`` with ``fill_nearest``, as meant: the speaker whose turns
     overlap the word most in total, else the nearest turn's (no speaker without turns)."""
     index = SpeakerIndex(turns)
-    out = []
-    for p in pieces:
-        speaker = None
-        if len(index):
-            start, end = (p.start, p.end) if p.end > p.start else (p.start - 1e-6, p.start + 1e-6)
-            overlaps = index.overlaps(start, end)
-            if overlaps:
-                speaker = max(sorted(overlaps), key=lambda s: overlaps[s])
-            else:
-                speaker = index.nearest(start, end).speaker
-        out.append(Word(p.text, p.start, p.end, speaker))
-    return out
+    return [Word(p.text, p.start, p.end, index.speaker_at(p.start, p.end)) for p in pieces]
 
 
 def anchor(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
@@ -176,6 +165,9 @@ def load_before(rev: str, regular: bool = False) -> Callable:
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("speakers_before", path)
     module = importlib.util.module_from_spec(spec)
+    # registered before it runs, as an import would: dataclasses look their module up there
+    # (since issue 29 the attribution module defines one)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
 
     both = "exclusive" in inspect.signature(module.attribute_words).parameters  # issue 22 and later

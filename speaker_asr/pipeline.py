@@ -20,6 +20,7 @@ import numpy as np
 
 from speaker_asr.attribution.naming import name_known_speakers
 from speaker_asr.attribution.response import attribute, rename_speakers, speaker_labels
+from speaker_asr.attribution.turns import one_at_a_time
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import DEFAULT_SPEAKER_MATCH_THRESHOLD, InferenceConfig
 from speaker_asr.diarization.pipeline import diarize
@@ -143,7 +144,7 @@ def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfi
     found = diarize(pipeline, audio, num_speakers=config.num_speakers,
                     min_speakers=config.min_speakers, max_speakers=config.max_speakers,
                     hook=DiarizationHook(progress) if progress is not None else None)
-    alone = found.one_at_a_time()
+    alone = one_at_a_time(found)
     labels = speaker_labels(found.turns, speaker_labels(alone))
     found = Diarization(rename_speakers(found.turns, labels),
                         None if found.exclusive_turns is None

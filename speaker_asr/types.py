@@ -59,8 +59,9 @@ class Turn:
 class Diarization:
     """What the diarization found: its ``turns`` (overlapping where people talk at once) and its
     own ``exclusive_turns`` (one speaker at a time: pyannote 4's, the dominant voice at each
-    moment; None from pyannote 3.x, which makes none -- :meth:`one_at_a_time` derives them there
-    for what needs one speaker at a time); with known speakers or speaker embeddings, each found
+    moment; None from pyannote 3.x, which makes none --
+    :func:`speaker_asr.attribution.turns.one_at_a_time` derives them there for what needs one
+    speaker at a time); with known speakers or speaker embeddings, each found
     speaker's voice (``voices``: a unit vector as a list, None for a speaker without speech to
     embed). ``embedding_error``: why the voices could not be computed (the embedding model's
     exception), then ``voices`` is empty. ``error``: why the diarization failed (its exception),
@@ -71,16 +72,6 @@ class Diarization:
     voices: dict[str, Optional[list[float]]] = field(default_factory=dict)
     embedding_error: Optional[str] = None
     error: Optional[str] = None
-
-    def one_at_a_time(self) -> list[Turn]:
-        """The exclusive turns, or where the diarization made none, derived from the turns
-        (:func:`~speaker_asr.attribution.speakers.exclusive_turns`): for the speakers' labels and
-        voices, not as evidence for whose words are whose."""
-        if self.exclusive_turns is not None:
-            return self.exclusive_turns
-        from speaker_asr.attribution.speakers import exclusive_turns
-
-        return exclusive_turns(self.turns)
 
 
 @dataclass

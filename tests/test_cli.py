@@ -150,7 +150,7 @@ def test_model_load_failure_exits_1_without_the_token(tiny_models, wav_path):
 def test_serve_refuses_a_bad_port_setting(tiny_models):
     proc = run_cli(["serve"], cli_env(tiny_models, PORT="eighty"), timeout=120)
     assert proc.returncode == 2
-    assert "PORT='eighty' is not an integer" in proc.stderr
+    assert "PORT='eighty' is not valid: use a whole number >= 0 and <= 65535" in proc.stderr
 
 
 # --------------------------------------------------------------------------- options, in-process

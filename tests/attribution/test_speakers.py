@@ -6,7 +6,7 @@ import pytest
 
 from speaker_asr.attribution.speakers import (RULES, SpeakerIndex, assign_speakers,
                                               attribute_words, clean_turns, exclusive_turns,
-                                              merge_by_speaker, resolve_times, split_segments)
+                                              resolve_times, split_segments)
 from speaker_asr.types import Turn, Word
 
 A, B, C = "SPEAKER_00", "SPEAKER_01", "SPEAKER_02"
@@ -51,7 +51,7 @@ def test_unsorted_overlapping_and_degenerate_turns():
     cleaned = clean_turns(raw)
     assert [(t.start, t.speaker) for t in cleaned] == [(0, A), (5, B)]
     index = SpeakerIndex(raw)
-    assert index.speaker_at(5.2, 5.8) in (A, B)  # both overlap equally
+    assert index.speaker_at(5.2, 5.8) == A  # both overlap equally: the first label
     assert index.speaker_at(6.5, 8.5) == B
     assert index.speaker_at(0.5, 1.5) == A
 
@@ -115,13 +115,6 @@ def test_no_chunk_is_dropped_after_the_last_turn():
     assert [p.speaker for p in out] == [A, B, B]
 
 
-def test_merge_by_speaker_joins_consecutive_runs():
-    pieces = [Word(" a", 0, 1, A), Word(" b", 1, 2, A), Word(" c", 2, 3, B), Word(" d", 3, 4, A)]
-    merged = merge_by_speaker(pieces)
-    assert [(p.text, p.start, p.end, p.speaker) for p in merged] == [
-        (" a b", 0, 2, A), (" c", 2, 3, B), (" d", 3, 4, A)]
-
-
 def test_word_level_splits_segment_at_speaker_change():
     words = [Word(" Hello", 0.0, 0.4), Word(" there.", 0.4, 0.9), Word(" Hi", 1.0, 1.3),
              Word(" you.", 1.3, 1.6)]
@@ -142,7 +135,7 @@ def test_without_rules_it_is_plain_max_overlap():
     t = turns((0, 1.0, A), (1.05, 1.1, B), (1.6, 3.0, A))
     words = [Word(" on", 0.6, 0.95), Word(" the", 1.12, 1.5), Word(" table", 1.6, 2.0)]
     assert [w.speaker for w in attribute_words(words, t, rules=())] == [A, B, A]
-    assert set(RULES) == {"tidy", "overlaps", "coherence", "orphans"}
+    assert set(RULES) == {"tidy", "dominant", "newest", "continuity", "sentence"}
     with pytest.raises(ValueError, match="unknown attribution rule 'smooth'"):
         attribute_words(words, t, rules=("smooth",))
 
@@ -218,12 +211,29 @@ def test_overlapped_speech_keeps_the_voice_whisper_was_writing():
     assert [w.speaker for w in attribute_words([Word(" so.", 4.5, 4.9), Word(" Yes", 5.7, 6.6)], t)] == [A, B]
     # ... unless its sentence says otherwise: "so yes" is one sentence, and only A is clear in it
     assert [w.speaker for w in attribute_words([Word(" so", 4.5, 4.9), Word(" yes", 5.7, 6.6)], t)] == [A, A]
-    # the voice before must go on through the whole word: A stops at 5.5, in the middle of it
-    # (the overlaps rule alone: in the whole set, the sentence's one clear speaker decides)
+    # A stops at 5.5, in the middle of " what": no continuity (A does not go on through it), and
+    # on cover alone B covers more of it; the sentence's speaker decides (A 0.8 + 1 against
+    # B 1 + 0.25 x 0.8 newest)
     t = turns((0.0, 5.5, A), (5.0, 9.0, B))
     words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.6)]
-    assert [w.speaker for w in attribute_words(words, t, rules=("overlaps",))] == [A, B]
+    assert [w.speaker for w in attribute_words(words, t, rules=())] == [A, B]
     assert [w.speaker for w in attribute_words(words, t)] == [A, A]
+
+
+def test_continuity_needs_the_voice_to_go_on_through_the_whole_word():
+    """Issue 29, AMI EN2006b: a word stretched over a turn edge is covered 0.8 by A and 0.5 by B,
+    whose earlier turn holds the previous words. B's turns do not cover all of it, so B gets no
+    continuity there and A's larger cover wins (scaled by B's share, continuity gave B
+    0.5 + 0.12 newest + 0.25 = 0.87 against A's 0.8). On the next word both turns cover it
+    wholly and the voice of the word before, A's, goes on: A 1 + 0.5 against B 1 + 0.25 newest.
+    The sentence has no speaker of its own (its first words single out B, its last A)."""
+    t = turns((0.0, 1.0, B), (1.5, 10.0, A), (2.5, 4.0, B))
+    words = [Word(" I", 0.2, 0.5), Word(" think", 0.5, 0.9), Word(" it", 0.9, 0.9),
+             Word(" should", 0.9, 3.9), Word(" be", 3.9, 4.0), Word(" a", 4.1, 4.3),
+             Word(" break.", 4.3, 4.6)]
+    assert [w.speaker for w in attribute_words(words, t)] == [B, B, B, A, A, A, A]
+    # left out, cover and newest alone decide " be" (B's turn began last)
+    assert [w.speaker for w in attribute_words(words, t, rules=("tidy", "newest", "sentence"))][3:5] == [A, B]
 
 
 def test_overlapped_sentence_start_goes_to_the_dominant_voice_or_the_new_turn():
@@ -235,12 +245,26 @@ def test_overlapped_sentence_start_goes_to_the_dominant_voice_or_the_new_turn():
     # pyannote 4 heard A as the dominant voice there: the word is A's
     heard = turns((0.0, 10.0, A))
     assert [w.speaker for w in attribute_words(words, t, heard)] == [A, A, A]
-    # and it overrides the voice Whisper was writing when it covers at least half of the word
+
+
+
+def test_the_whole_decision_on_overlapped_speech_inside_one_sentence():
+    """Issue 29: the dominant-voice rule alone gave [A, B, B], and coherence then made it
+    [A, A, A]; now one score decides. Both turns cover " what" and " can" wholly (1 each);
+    pyannote 4 heard B for 2/3 of " what" and all of " can" (dominant); " so" is the only word
+    that singles out a speaker, so the sentence is A's (+1), and A's turn goes on under each word
+    (continuity +0.5). " can": A = 1 + 0.5 + 1 = 2.5 against B = 1 + 1 = 2: A."""
     t = turns((0.0, 6.0, A), (5.0, 9.0, B))
     words = [Word(" so", 4.5, 4.9), Word(" what", 5.1, 5.4), Word(" can", 5.4, 5.7)]
     heard = turns((0.0, 5.2, A), (5.2, 9.0, B))
-    assert [w.speaker for w in attribute_words(words, t, heard, rules=("overlaps",))] == [A, B, B]
-    assert [w.speaker for w in attribute_words(words, t, rules=("overlaps",))] == [A, A, A]
+    assert [w.speaker for w in attribute_words(words, t, heard)] == [A, A, A]
+    # the dominant voice alone decides against cover alone ...
+    assert [w.speaker for w in attribute_words(words, t, heard, rules=("dominant",))] == [A, B, B]
+    # ... continuity alone is not enough against it (A 1.5, B 2 on " can") ...
+    assert [w.speaker for w in attribute_words(words, t, heard, rules=("dominant", "continuity"))] == [A, A, B]
+    # ... and with a sentence end after " so", neither continuity nor the sentence speaks for A
+    words[0] = Word(" so.", 4.5, 4.9)
+    assert [w.speaker for w in attribute_words(words, t, heard)] == [A, B, B]
 
 
 def test_tidy_trims_words_stretched_over_pauses():
@@ -339,91 +363,3 @@ def test_pure_logic_imports_no_model_library():
             "bad = {'torch', 'pyannote', 'transformers', 'starlette'} & {m.split('.')[0] for m in sys.modules}; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
-
-
-def _w(text, start, end, speaker=None):
-    return Word(text, start, end, speaker)
-
-
-def test_a_late_one_word_reply_goes_back_to_the_turn_that_got_no_word():
-    """ "Really?" said at 7.8-8.3 s, timed 9.3-9.8 s (in the pause before the next speaker):
-    its turn got no word, so the whole short sentence moves there."""
-    from speaker_asr.attribution.speakers import orphan_turns
-
-    turns = [Turn(5.0, 7.7, "A"), Turn(7.84, 8.31, "C"), Turn(9.9, 12.0, "B")]
-    words = [_w(" It", 5.1, 5.4, "A"), _w(" was", 5.4, 6.0, "A"), _w(" late.", 6.0, 7.5, "A"),
-             _w(" Really?", 9.3, 9.82, "B"), _w(" The", 9.95, 10.2, "B"), _w(" first", 10.2, 10.6, "B"),
-             _w(" item.", 10.6, 11.2, "B")]
-    out = orphan_turns(words, SpeakerIndex(turns))
-    assert [w.speaker for w in out] == ["A", "A", "A", "C", "B", "B", "B"]
-    assert [(w.start, w.end) for w in out] == [(w.start, w.end) for w in words]  # times untouched
-    # and through attribute_words, as the endpoint runs it
-    assert [w.speaker for w in attribute_words([Word(w.text, w.start, w.end) for w in words], turns)][3] == "C"
-
-
-def test_orphan_turns_leave_backchannels_inside_turns_long_sentences_and_far_words_alone():
-    from speaker_asr.attribution.speakers import orphan_turns
-
-    # an untranscribed "I see." inside B's turn: B's short sentence nearby stays B's
-    inside = [Turn(26.2, 28.1, "C"), Turn(28.2, 30.95, "B"), Turn(29.75, 30.24, "C")]
-    words = [_w(" Who", 26.3, 26.6, "C"), _w(" calls?", 26.6, 28.0, "C"), _w(" About", 28.22, 28.56, "B"),
-             _w(" two", 28.56, 28.86, "B"), _w(" weeks.", 28.86, 29.38, "B"), _w(" If", 29.5, 29.7, "B"),
-             _w(" parts", 29.7, 30.2, "B"), _w(" arrive.", 30.2, 30.9, "B")]
-    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(inside))] == [w.speaker for w in words]
-    # a sentence of more than three words, or one more than 1.2 s away, is not moved
-    turns = [Turn(0.0, 2.0, "A"), Turn(2.2, 2.6, "C"), Turn(4.2, 7.0, "B")]
-    long_reply = [_w(" Well", 0.1, 0.5, "A"), _w(" then.", 0.5, 1.9, "A"), _w(" I", 2.7, 2.9, "B"),
-                  _w(" do", 2.9, 3.1, "B"), _w(" not", 3.1, 3.3, "B"), _w(" know.", 3.3, 3.6, "B"),
-                  _w(" Next", 4.3, 4.6, "B"), _w(" one.", 4.6, 5.0, "B")]
-    assert [w.speaker for w in orphan_turns(long_reply, SpeakerIndex(turns))] == [w.speaker for w in long_reply]
-    far = [_w(" Well", 0.1, 0.5, "A"), _w(" then.", 0.5, 1.9, "A"), _w(" Yes.", 4.3, 4.6, "B"),
-           _w(" Next", 4.7, 5.0, "B"), _w(" one.", 5.0, 5.4, "B")]
-    assert [w.speaker for w in orphan_turns(far, SpeakerIndex(turns))] == [w.speaker for w in far]
-
-
-def test_orphan_turns_take_only_words_timed_late():
-    """AMI EN2001a: B's turn at 25.08 s is speech Whisper left out, over the end of A's sentence;
-    the closing clause beside it ("duplication of effort.", from 24.24 s) is A's and stays."""
-    from speaker_asr.attribution.speakers import orphan_turns
-
-    turns = [Turn(21.41, 25.77, "A"), Turn(25.08, 27.44, "B"), Turn(28.09, 30.0, "A")]
-    words = [_w(" Not", 21.44, 21.6, "A"), _w(" really,", 21.6, 22.48, "A"), _w(" just", 23.18, 23.3, "A"),
-             _w(" what", 23.3, 23.46, "A"), _w(" he's", 23.46, 23.66, "A"), _w(" talking", 23.66, 23.86, "A"),
-             _w(" about,", 23.86, 24.24, "A"), _w(" duplication", 24.24, 24.88, "A"), _w(" of", 24.88, 25.06, "A"),
-             _w(" effort.", 25.06, 25.54, "A"), _w(" Like", 28.02, 28.2, "A"), _w(" duplication", 28.2, 28.8, "A"),
-             _w(" of", 28.8, 28.96, "A"), _w(" effort", 28.96, 29.2, "A"), _w(" and", 29.2, 29.4, "A"),
-             _w(" stuff.", 29.4, 29.98, "A")]
-    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["A"] * len(words)
-    # the same clause timed after the turn's start is a late reply, and moves
-    late = [_w(w.text, w.start + 0.9, w.end + 0.9, "A") if 7 <= k <= 9 else w for k, w in enumerate(words)]
-    assert [w.speaker for w in orphan_turns(late, SpeakerIndex(turns))][7:10] == ["B"] * 3
-
-
-def test_a_reply_whisper_joined_to_the_next_sentence_with_a_comma_goes_back_to_its_turn():
-    """A's "No." at 23.25-23.62 transcribed as "No, you should go..." and timed 24.38-24.9, in the
-    pause before B's turn: A's turn got no word, so the opening clause moves, not B's sentence."""
-    from speaker_asr.attribution.speakers import orphan_turns
-
-    turns = [Turn(20.0, 23.1, "B"), Turn(23.25, 23.62, "A"), Turn(24.94, 27.56, "B")]
-    words = [_w(" Fine.", 21.0, 22.9, "B"), _w(" No,", 24.38, 24.9, "B"), _w(" you", 24.9, 25.2, "B"),
-             _w(" should", 25.2, 25.44, "B"), _w(" go", 25.44, 25.66, "B"), _w(" then.", 25.66, 26.4, "B")]
-    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["B", "A", "B", "B", "B", "B"]
-    # and a short sentence made of two replies ("Okay, really?"): the clause, not the sentence
-    turns = [Turn(28.0, 31.3, "A"), Turn(31.52, 31.93, "B"), Turn(32.83, 33.48, "C")]
-    words = [_w(" Go", 28.1, 29.0, "A"), _w(" on.", 29.0, 31.2, "A"), _w(" Okay,", 32.34, 32.94, "C"),
-             _w(" really?", 32.94, 33.54, "C")]
-    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["A", "A", "B", "C"]
-
-
-def test_orphan_turns_never_leave_the_owners_turn_without_a_word():
-    """Two "Hello?"s transcribed as one word, timed in the second turn: taking it for the first
-    turn would only leave the second without a word, so it stays where its time puts it."""
-    from speaker_asr.attribution.speakers import orphan_turns
-
-    turns = [Turn(6.68, 7.16, "D"), Turn(7.63, 8.15, "S"), Turn(8.44, 9.8, "D")]
-    words = [_w(" Hello.", 7.7, 8.3, "S"), _w(" Oh,", 8.3, 8.74, "D"), _w(" hello.", 8.74, 8.9, "D"),
-             _w(" I", 8.9, 8.96, "D"), _w(" see.", 8.96, 9.7, "D")]
-    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["S", "D", "D", "D", "D"]
-    # with a second word in S's turn, the first turn takes the sentence
-    words.insert(1, _w(" Hi.", 8.0, 8.14, "S"))
-    assert [w.speaker for w in orphan_turns(words, SpeakerIndex(turns))] == ["D", "S", "D", "D", "D", "D"]
