@@ -67,12 +67,6 @@ def assign_speakers(pieces: Sequence[Word], turns: Iterable[Turn]) -> list[Word]
     return [Word(p.text, p.start, p.end, index.speaker_at(p.start, p.end)) for p in pieces]
 
 
-def assign_speakers(pieces: Sequence[Word], turns: Iterable[Turn]) -> list[Word]:
-    """Each piece gets ``speaker_at`` its span. Pieces and their order are kept as they are."""
-    index = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
-    return [Word(p.text, p.start, p.end, index.speaker_at(p.start, p.end)) for p in pieces]
-
-
 # --------------------------------------------------------------------------- word level
 
 SENTENCE_END = (".", "?", "!", "。", "？", "！", "…")
