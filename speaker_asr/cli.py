@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="include each speaker's voice embedding in JSON output (request "
                         "return_speaker_embeddings), to match speakers across files")
     t.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other request parameter (repeatable; values coerced like query strings)")
+                   help="any other request parameter (repeatable; each value read by the parameter's type, as the server reads a query string)")
     t.add_argument("--format", "-f", dest="formats", action="append", type=_format_list,
                    metavar="FORMAT",
                    help=f"response format, one of {', '.join(FORMATS)} (default json). "
@@ -204,8 +204,9 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "word_timestamps", False):
         params["return_word_timestamps"] = True
     if args.param:
-        from speaker_asr.serving.negotiation import coerce_value
+        from speaker_asr.config import InferenceConfig
 
+        texts: dict[str, list[str]] = {}  # read by each parameter's declared type, as the server does
         for item in args.param:
             key, sep, value = item.partition("=")
             key = key.strip()
@@ -216,7 +217,8 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
             elif key == "response_format":
                 params[key] = value.strip().lower()
             else:
-                params[key] = coerce_value(value)
+                texts.setdefault(key, []).append(value.strip())
+        params.update(InferenceConfig.parameters_from_strings(texts))  # RequestError: a ValueError
     names = _split_names(getattr(args, "speaker_names", None) or [])
     if names:
         params.setdefault("speaker_names", []).extend(names)

@@ -209,6 +209,20 @@ def test_options_become_request_parameters_and_the_text_is_written_raw(fake, cap
     assert "warning: a warning from the handler" in captured.err
 
 
+def test_param_values_are_read_by_each_parameters_type(fake, capsys):
+    """--param texts are read as the server reads a query string: by the parameter's declared
+    type, never guessed from the text ("1984" stays a prompt; "4" is a batch size)."""
+    from speaker_asr import cli
+
+    code = cli.main(["transcribe", str(fake.audio), "--param", "prompt=1984", "--param", "batch_size=4",
+                     "--param", "temperature=0.2", "--param", "temperature=0.4"])
+    assert code == 0, capsys.readouterr().err
+    assert fake.calls[0]["parameters"] == {"prompt": "1984", "batch_size": 4, "temperature": [0.2, 0.4],
+                                           "response_format": "json"}
+    assert cli.main(["transcribe", str(fake.audio), "--param", "batch_size=four"]) == 2
+    assert "batch_size" in capsys.readouterr().err
+
+
 def test_known_speakers_are_read_from_clip_files(fake, capsys):
     import base64
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Union
 
@@ -43,27 +41,6 @@ AUDIO_MEDIA_TYPES = (
 )
 RAW_MEDIA_TYPES = ("", "application/octet-stream", "application/x-www-form-urlencoded")
 
-_INT = re.compile(r"[+-]?\d{1,18}")
-_FLOAT = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
-
-
-def coerce_value(value: str) -> Any:
-    """A ``KEY=VALUE`` text as the JSON value it spells: ``true``/``false`` -> bool, ``2`` -> int,
-    ``0.5`` -> float; anything else stays a string (``en``, ``translate``). For the command line's
-    ``--param`` and the scripts; the server reads parameters by their declared types instead
-    (:func:`parameters_from_text`)."""
-    text = value.strip()
-    if text.lower() == "true":
-        return True
-    if text.lower() == "false":
-        return False
-    if _INT.fullmatch(text):
-        return int(text)
-    if _FLOAT.fullmatch(text):
-        number = float(text)
-        if math.isfinite(number):
-            return number
-    return value
 
 
 def sniff_audio(data: bytes) -> Optional[str]:
