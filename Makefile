@@ -67,8 +67,13 @@ serve: $(VENV)/.installed
 # the everyday loop: the whole offline suite on tiny random models (tests/ and eval/test_eval.py),
 # with the quick smoke runs of the scripts in bench/ and eval/ (tests/scripts/); the checks on the
 # real models (marker real) are make test-real
+# One pytest worker per core (pytest-xdist), each test file on one worker (its module-scoped
+# servers start once), one torch/OpenMP thread per worker: two workers with two threads each on
+# two cores spin against each other. The tests spend much of their time starting processes and
+# loading models, single-threaded, so the workers overlap where one process would wait.
+XDIST := -n auto --dist loadfile
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -m "not slow and not heavy and not real"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q $(XDIST) -m "not slow and not heavy and not real"
 
 # the smoke runs that take a minute or more each (profile_cpu.py, gpu_benchmark.py --smoke,
 # word_timestamp_memory.py, clustering_bench.py, long_audio.py, reliability/run_all.py and through it
@@ -83,7 +88,8 @@ test-all: test test-scripts test-compat test-endpoints test-real
 
 # the handler's tests under transformers 4.51.3 (the default Endpoints image's), beside .venv
 test-compat: $(VENV)/.installed $(COMPAT)/.installed
-	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 $(PY) -m pytest -q $(VERSION_TESTS) tests/asr/test_quantization.py
+	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q $(XDIST) \
+		$(VERSION_TESTS) tests/asr/test_quantization.py
 
 # the REAL toolkit webservice (../shared/hf-inference-toolkit) serving handler.py in the image's
 # environment: transformers 4.51.3 (the image's), then each of IMAGE_TRANSFORMERS

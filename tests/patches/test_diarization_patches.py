@@ -106,7 +106,8 @@ def test_cpu_embedding_batch_only_on_cpu(tiny_models, device, applies):
 
 def _clustering_inputs(pipeline, audio):
     """What the pipeline hands its clustering step for ``audio``: (embeddings, segmentations,
-    sliding window), and how many (window, speaker) rows the embedding model computed."""
+    sliding window), how many (window, speaker) rows the embedding model computed, and the
+    diarization it gave."""
     from speaker_asr.diarization.pipeline import diarize
 
     seen = {}
@@ -120,11 +121,11 @@ def _clustering_inputs(pipeline, audio):
     rows, restore = _rows_run(pipeline)
     type(pipeline.clustering).__call__ = call
     try:
-        diarize(pipeline, audio)
+        result = diarize(pipeline, audio)
     finally:
         restore()
         type(pipeline.clustering).__call__ = step
-    return seen["inputs"], sum(rows)
+    return seen["inputs"], sum(rows), result
 
 
 def test_long_recordings_slide_coarser_and_embed_fewer_windows(tiny_models, monkeypatch):
@@ -134,8 +135,8 @@ def test_long_recordings_slide_coarser_and_embed_fewer_windows(tiny_models, monk
     recipe = _load(tiny_models, True, "embed_fewer_windows", "coarser_segmentation_step")
     fast = _load(tiny_models, True)
     audio = np.concatenate([_two_voices()] * 3)  # 48 s
-    (every, masks_every, window_every), rows_every = _clustering_inputs(recipe, audio)
-    (embeddings, masks, window), rows = _clustering_inputs(fast, audio)
+    (every, masks_every, window_every), rows_every, _ = _clustering_inputs(recipe, audio)
+    (embeddings, masks, window), rows, _ = _clustering_inputs(fast, audio)
     assert window.step == 2 * window_every.step and len(masks) < 0.6 * len(masks_every)
     # half the windows, half of them embedded (a quarter) unless a copy finds no match: the tiny
     # random segmentation tracks its "speakers" erratically, so fewer copies are found here
@@ -148,25 +149,23 @@ def test_long_recordings_slide_coarser_and_embed_fewer_windows(tiny_models, monk
 
 
 def test_recordings_up_to_five_minutes_are_diarized_as_the_recipe_says(tiny_models):
-    from speaker_asr.diarization.pipeline import diarize
-
     recipe = _load(tiny_models, True, "embed_fewer_windows", "coarser_segmentation_step")
     fast = _load(tiny_models, True)
     audio = np.concatenate([_two_voices()] * 3)
-    (every, masks_every, _), rows_every = _clustering_inputs(recipe, audio)
-    (embeddings, masks, _), rows = _clustering_inputs(fast, audio)
+    (every, masks_every, _), rows_every, want = _clustering_inputs(recipe, audio)
+    (embeddings, masks, _), rows, got = _clustering_inputs(fast, audio)
     assert rows == rows_every
     np.testing.assert_array_equal(masks, masks_every)
     np.testing.assert_array_equal(embeddings, every)
-    assert diarize(fast, audio).turns == diarize(recipe, audio).turns
+    assert got.turns == want.turns
 
 
 def test_the_long_recording_length_is_a_setting(tiny_models):
     from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
-    audio = np.concatenate([_two_voices()] * 3)  # 48 s
-    short = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", long_after_s=30.0)
-    recipe = _load(tiny_models, True)  # 300 s: 48 s is short
-    (_, masks, window), _ = _clustering_inputs(short, audio)
-    (_, masks_recipe, window_recipe), _ = _clustering_inputs(recipe, audio)
+    audio = np.concatenate([_two_voices()] * 2)  # 32 s
+    short = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", long_after_s=20.0)
+    recipe = _load(tiny_models, True)  # 300 s: 32 s is short
+    (_, masks, window), _, _ = _clustering_inputs(short, audio)
+    (_, masks_recipe, window_recipe), _, _ = _clustering_inputs(recipe, audio)
     assert window.step == 2 * window_recipe.step and len(masks) < len(masks_recipe)
