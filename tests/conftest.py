@@ -58,3 +58,15 @@ def speech_like_wav() -> bytes:
     """12 s of two alternating 'voices' (tones at different pitches) as 16-bit WAV."""
     parts = [tone(3.0, freq=f) for f in (180.0, 320.0, 180.0, 320.0)]
     return encode(np.concatenate(parts))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files whose tests start processes or load models run first (in the order collected
+    otherwise, each file's tests together and in their order): pytest-xdist (``make test``,
+    ``--dist loadfile``) hands the files to its workers in this order, so a long file does not
+    start last and end the run alone on one worker while the others wait."""
+    from collections import Counter
+
+    cost = Counter(item.path for item in items
+                   if item.get_closest_marker("subprocess") or "tiny_models" in item.fixturenames)
+    items.sort(key=lambda item: -cost[item.path])  # stable: a file's tests stay together, in order
