@@ -206,8 +206,12 @@ def word_evidence(regular: SpeakerIndex, heard: Optional[SpeakerIndex], start: f
              if a.speaker != b.speaker and min(a.end, b.end) > max(a.start, b.start)]
     talking = _union([(max(a.start, b.start, lo), min(a.end, b.end, hi)) for a, b in pairs])
     if talking:
-        newest = max((t for pair in pairs for t in pair), key=lambda t: (t.start, t.speaker))
-        ev.newest[newest.speaker] = sum(b - a for a, b in talking) / (hi - lo)
+        # the one speaker whose turn began last; turns that began together make nobody newest
+        begun = [t for pair in pairs for t in pair]
+        last = max(t.start for t in begun)
+        newest = {t.speaker for t in begun if t.start == last}
+        if len(newest) == 1 and any(t.start < last for t in begun):
+            ev.newest[newest.pop()] = sum(b - a for a, b in talking) / (hi - lo)
     if heard is not None:
         # who pyannote 4 heard there
         for a, b in talking:

@@ -188,5 +188,7 @@ class SpeakerIndex:
         start, end = span(start, end)
         overlaps = self.overlaps(start, end)
         if overlaps:
-            return max(sorted(overlaps), key=lambda s: overlaps[s])
+            # compared to the nanosecond: sums of the same seconds in another order differ in
+            # the last bits, and a tie must go to the first label whatever the order
+            return max(sorted(overlaps), key=lambda s: round(overlaps[s], 9))
         return self.nearest(start, end).speaker

@@ -363,3 +363,11 @@ def test_pure_logic_imports_no_model_library():
             "bad = {'torch', 'pyannote', 'transformers', 'starlette'} & {m.split('.')[0] for m in sys.modules}; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_turns_that_began_together_make_nobody_newest():
+    """Two speakers' turns over the same stretch (a random pyannote 3.x pipeline asked for two
+    speakers): no turn began last, so nothing but the tie-break decides: the first label."""
+    turns = [Turn(0.0, 15.0, "B"), Turn(0.0, 15.0, "A")]
+    words = [Word(" one", 0.1, 0.3), Word(" two", 0.3, 8.0), Word(" three.", 8.0, 12.0)]
+    assert [w.speaker for w in attribute_words(words, turns)] == ["A", "A", "A"]
