@@ -52,9 +52,9 @@ def child(args) -> int:
 
     if args.max_memory_gb:
         cap_address_space(args.max_memory_gb)
-    from speaker_asr.config import InferenceConfig
+    from speaker_asr.serving.negotiation import parameters_from_text
 
-    parameters = InferenceConfig.parameters_from_strings(dict(p.split("=", 1) for p in args.param))
+    parameters = parameters_from_text(p.split("=", 1) for p in args.param)
     result: dict[str, Any] = {"models": args.models, "stage": args.stage, "rss_start_mb": rss_mb(),
                               "parameters": parameters}
     started = time.perf_counter()

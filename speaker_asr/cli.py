@@ -204,9 +204,9 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "word_timestamps", False):
         params["return_word_timestamps"] = True
     if args.param:
-        from speaker_asr.config import InferenceConfig
+        from speaker_asr.serving.negotiation import parameters_from_text
 
-        texts: dict[str, list[str]] = {}  # read by each parameter's declared type, as the server does
+        texts: list[tuple[str, str]] = []  # read by each parameter's declared type, as the server does
         for item in args.param:
             key, sep, value = item.partition("=")
             key = key.strip()
@@ -217,8 +217,8 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
             elif key == "response_format":
                 params[key] = value.strip().lower()
             else:
-                texts.setdefault(key, []).append(value.strip())
-        params.update(InferenceConfig.parameters_from_strings(texts))  # RequestError: a ValueError
+                texts.append((key, value.strip()))
+        params.update(parameters_from_text(texts))  # RequestError: a ValueError
     names = _split_names(getattr(args, "speaker_names", None) or [])
     if names:
         params.setdefault("speaker_names", []).extend(names)

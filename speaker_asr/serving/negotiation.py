@@ -153,11 +153,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def request_info(request: Request) -> dict[str, Any]:
-    """What the request logs (RequestContextMiddleware in app.py puts it in the scope)."""
-    return request.scope.get("state", {}).get("request_info") or {"request_id": "-"}
-
-
 # a form field's value (a data URI of a reference clip) may be this large; the body limit applies
 MAX_FORM_FIELD_BYTES = 64 * 1024 * 1024
 
