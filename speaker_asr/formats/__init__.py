@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from . import (diarized_json, json_writer, rttm_writer, srt_writer, txt_writer, verbose_json,
                vtt_writer)
-from ._common import Options
+from ._common import Options, first_temperature
 from speaker_asr.errors import RequestError
 from speaker_asr.result import Result
 from speaker_asr.speaker_names import validate_speaker_names
@@ -92,9 +92,8 @@ def render_response(response: Union[Result, dict], fmt: str, *,
 def _render(response: Union[Result, dict], fmt: str, speaker_names: Optional[list[str]], task: str,
             temperature: Temperature) -> tuple[dict[str, Any], Result]:
     form, result = _prepare(response, fmt, speaker_names, task)
-    first = temperature[0] if isinstance(temperature, (list, tuple)) and temperature else temperature
     options = Options(task=task, response_format=form.name, words=result.with_words,
-                      temperature=float(first))
+                      temperature=first_temperature(temperature))
     return form.render(result, options), result
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     from speaker_asr.result import Result
@@ -71,6 +71,14 @@ class Options:
     model: Optional[str] = None
     temperature: float = 0.0
     language_names: Optional[Mapping[str, str]] = None
+
+
+def first_temperature(temperature: Union[float, Sequence[float]]) -> float:
+    """The temperature a request decoded with first: itself, or the first of its fallback list
+    (what verbose_json's segments carry)."""
+    if isinstance(temperature, (list, tuple)):
+        return float(temperature[0]) if temperature else 0.0
+    return float(temperature)
 
 
 def times(start: Optional[float], end: Optional[float], previous: float) -> tuple[float, float]:

@@ -49,6 +49,7 @@ from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_F
                                                TEXT_MEDIA_TYPE, TIMESTAMP_GRANULARITIES, ModelCard,
                                                Options, error_object, model_list, render, sse,
                                                stream_events)
+from speaker_asr.formats._common import first_temperature
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.serving.logging_setup import scrub
 from speaker_asr.serving.negotiation import (HttpError, Upload, header_media_type, list_key,
@@ -400,17 +401,6 @@ def model_cards(handler: Any, created: int) -> list[ModelCard]:
     return cards
 
 
-def language_names() -> dict[str, str]:
-    """Whisper's language names by code (``en`` -> ``english``); empty where transformers is
-    missing (the codes are written then)."""
-    try:
-        from speaker_asr.config import _whisper_languages
-
-        return dict(_whisper_languages()[0])
-    except Exception:  # pragma: no cover - transformers is a dependency of the handler
-        return {}
-
-
 
 # --------------------------------------------------------------------------- answers
 
@@ -484,7 +474,6 @@ class OpenAIRoutes:
         self.path = path
         self.runner = path.runner
         self.keepalive_s = keepalive_s
-        self._languages: Optional[dict[str, str]] = None
 
     def routes(self) -> list[Route]:
         return [
@@ -535,12 +524,9 @@ class OpenAIRoutes:
         return await self._transcribe(request, "translate")
 
     def _options(self, request: OpenAIRequest, config, model: Optional[str]) -> Options:
-        if self._languages is None and request.response_format == "verbose_json":
-            self._languages = language_names()
-        temperature = config.temperature[0] if isinstance(config.temperature, list) else config.temperature
         return Options(task=config.task, response_format=request.response_format,
                        words=request.words, segments=request.segments, model=model,
-                       temperature=float(temperature), language_names=self._languages or {})
+                       temperature=first_temperature(config.temperature))
 
     def _work(self, handler, request: OpenAIRequest, model: Optional[str],
               on_start: Optional[Callable[[], None]]) -> Callable[..., RenderedAnswer]:
