@@ -1,21 +1,31 @@
-"""GPU benchmark with random-weight Whisper large-v3 / distil-large-v3 and pyannote (issue 4, part 3).
+"""GPU benchmark with random-weight Whisper large-v3 / distil-large-v3 and pyannote (issues 4 and 30).
 
 No hub, no checkpoints: the architectures are built from their shapes with random weights, and
 every measurement fixes the number of generated tokens (random weights would otherwise stop at
 random places), so the numbers are the cost of the architecture, not of a transcript.
+bench/gpu_run.sh runs it on the GPU machine after its preflight (the default sections).
 
-    python bench/gpu_benchmark.py                      # on a GPU: endpoint + pyannote, a few minutes
-    python bench/gpu_benchmark.py --full               # every section: about 10 minutes
-    python bench/gpu_benchmark.py --smoke              # tiny shapes; runs on CPU in ~1 minute
+    python bench/gpu_benchmark.py                      # on a GPU: the endpoint sections, about 6 minutes
+    python bench/gpu_benchmark.py --full               # and the bare models' sections
+    python bench/gpu_benchmark.py --smoke              # tiny shapes; runs on CPU in a minute or two
     python bench/gpu_benchmark.py --sections encoder,decode --compile
 
 Sections (each skipped when the time budget is spent; JSON is rewritten after each):
 
-* endpoint -- what the endpoint runs (``WhisperTranscriber`` with every patch of the registry) on
-              a random large-v3 (full size, 1,865-token vocabulary) + 2-layer distil-large-v3-shaped
-              assistant: ms per generated token at batch 1, plain and assisted (the random
-              assistant is the lower bound: nearly no draft accepted), and at batch 24 (chunked
-              windows) the real-time factor and peak GPU memory without and with word timestamps.
+The endpoint sections (the default) go through ``EndpointHandler`` -- every patch of the registry,
+its warm-up at load, requests as WAV bytes -- over random models built on the device in its dtype
+(EndpointRig: large-v3 in full, a 2-decoder-layer distil-large-v3-shaped assistant, pyannote's 3.1
+layout with WeSpeaker ResNet34):
+
+* bracket  -- the seed's comparison, ASR only: an 8 s and a 60 s clip, plain against assisted,
+              the assisted runs bracketed by the model drafting for itself (every draft accepted:
+              the upper bound) and the random distil-shaped assistant (nearly none: the lower
+              bound); latency (median of 3 after a warm-up) and ms per generated token.
+* batch24  -- large-v3 at batch 24 on 10 min: real-time factor, with and without word timestamps.
+* together -- on 10 min: the ASR alone, the diarization alone, and both as the endpoint runs
+              them, with the diarization on the default CUDA stream and on one of its own.
+
+The bare models' sections (``--full``, or by name):
 
 * encoder  -- encoder ms per 30 s window at batch 1 and throughput at batch 8/16/24.
 * decode   -- decoder ms/token at batch 1: a bare KV-cache loop (model cost) and ``generate()``
@@ -64,7 +74,9 @@ SHAPES = {
     "smoke-distil": dict(d_model=64, encoder_layers=2, decoder_layers=1, heads=4, ffn=128,
                          num_mel_bins=128, vocab_size=51866),
 }
-SECTIONS = ("encoder", "decode", "batch", "static", "assisted", "pyannote")
+# what bench/gpu_run.sh measures (the default), then the bare models' sections (--full)
+ENDPOINT_SECTIONS = ["bracket", "batch24", "together"]
+SECTIONS = ["encoder", "decode", "batch", "static", "assisted", "pyannote"]
 
 # large-v3's special tokens (vocabulary of 51866)
 EOT, SOT, EN, TRANSCRIBE, NO_TIMESTAMPS = 50257, 50258, 50259, 50360, 50364
@@ -504,68 +516,209 @@ def sec_pyannote(args, device, budget) -> dict:
     return out
 
 
-def sec_endpoint(args, device, dtype, budget) -> dict:
-    """What the endpoint runs (WhisperTranscriber, every patch from the registry), with a random
-    large-v3-shaped main model and a 2-layer distil-large-v3-shaped assistant sharing its encoder;
-    end-of-text suppressed so every window has exactly ``args.tokens`` tokens. The tokenizer is
-    the test suite's (1,865 ids: the output projection is 28x smaller than large-v3's)."""
-    import numpy as np
+class EndpointRig:
+    """What the endpoint sections run: the handler (``EndpointHandler``, every patch of the
+    registry, its warm-up at load) over random models built on the device in its dtype and saved
+    like hub checkpoints -- large-v3 in full on a GPU (1.55 B parameters, its 51,866-token
+    vocabulary; the thin large-v3 shape for --smoke), a distil-large-v3-shaped assistant (large-v3's
+    encoder shape, which transformers checks, and 2 decoder layers; random: it drafts nearly nothing
+    right, the lower bound) and the pyannote 3.1 layout
+    (random PyanNet + WeSpeaker ResNet34; XVector for --smoke). End-of-text is suppressed, so every
+    window generates exactly the tokens it is allowed (``tokens_per_s`` x its seconds): random
+    weights would otherwise stop anywhere. Handlers are loaded on first use and kept."""
+
+    def __init__(self, args, device, dtype):
+        from transformers import GenerationConfig
+
+        from speaker_asr.testing.tiny_models import (LARGE_V3, LARGE_V3_SHAPE, build_pyannote_pipeline,
+                                                     build_whisper)
+
+        self.args, self.device, self.dtype = args, device, dtype
+        self.root = Path(tempfile.mkdtemp(prefix="gpu-run-"))
+        shape = LARGE_V3_SHAPE if args.smoke else LARGE_V3
+        started = time.perf_counter()
+        self.paths = {}
+        for name, seed, layers in (("main", 7, {}), ("distil", 8, {"decoder_layers": 2,
+                                                                   "alignment_heads": [[1, 0]]})):
+            path = build_whisper(self.root / name, multilingual=True, seed=seed, **{**shape, **layers},
+                                 device=device, dtype=dtype)
+            gen = GenerationConfig.from_pretrained(path)
+            gen.suppress_tokens = sorted(set(gen.suppress_tokens) | {gen.eos_token_id})
+            gen.save_pretrained(path)
+            self.paths[name] = path
+        self.paths["pyannote"] = build_pyannote_pipeline(
+            self.root / "pyannote", embedding="xvector" if args.smoke else "resnet34")
+        self.build_s = time.perf_counter() - started
+        log(f"built the random models in {self.build_s:.1f} s ({self.root})")
+        self.handlers, self.load_s = {}, {}
+
+    # handler name -> (assistant, diarization)
+    LAYOUT = {"asr": ("distil", None), "self": ("main", None), "full": ("distil", "pyannote")}
+
+    def handler(self, name: str):
+        if name not in self.handlers:
+            from speaker_asr.config import ModelSettings
+            from speaker_asr.endpoint import EndpointHandler
+
+            assistant, diarization = self.LAYOUT[name]
+            settings = ModelSettings(
+                asr_model=str(self.paths["main"]), assistant_model=str(self.paths[assistant]),
+                diarization_model=str(self.paths[diarization]) if diarization else "",
+                device=str(self.device), torch_dtype=str(self.dtype).removeprefix("torch."))
+            started = time.perf_counter()
+            self.handlers[name] = EndpointHandler(settings=settings)
+            self.load_s[name] = time.perf_counter() - started
+            log(f"handler {name} loaded in {self.load_s[name]:.1f} s")
+        return self.handlers[name]
+
+    def tokens_for(self, seconds: float) -> int:
+        """Tokens per window for ``seconds`` of speech in it (a 30 s window at most)."""
+        return max(1, min(444, round(self.args.tokens_per_s * min(seconds, 30.0))))
+
+
+def wav_bytes(seconds: float, seed: int = 0) -> bytes:
+    """``seconds`` of synthetic speech as the 16-bit WAV a client would send."""
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, synthetic_speech(seconds, seed=seed), 16000, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def timed_requests(handler, audio: bytes, params: dict, device, iters: int) -> dict:
+    """A request through the handler as the endpoint serves it: one warm-up in the same
+    configuration (which also counts the ASR's windows), then ``iters`` timed; the median."""
     import torch
 
-    from word_timestamp_memory import build
-    from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
-    from speaker_asr.config import InferenceConfig, ModelSettings
-    from speaker_asr.testing.tiny_models import build_assistant
+    windows = [0]
 
-    # large-v3 in full, or (smoke) the test suite's thin large-v3 shape: 20 heads need d_model 80
-    shape = {"d_model": 80, "encoder_layers": 2, "ffn": None} if args.smoke else SHAPES["large-v3"]
-    root = Path(tempfile.mkdtemp(prefix="bench-endpoint-"))
-    t = time.perf_counter()
-    main_path = build(root / "main", shape["d_model"], shape["encoder_layers"], shape["ffn"])
-    assistant_path = build_assistant(main_path, root / "assistant", decoder_layers=2)
-    settings = ModelSettings(asr_model=str(main_path), assistant_model=str(assistant_path),
-                             diarization_model="", max_new_tokens=args.tokens, device=str(device),
-                             torch_dtype=str(dtype).removeprefix("torch."))
-    asr = WhisperTranscriber(settings, *resolve_device(settings))
-    out = {"build_load_s": time.perf_counter() - t, "tokens": args.tokens,
-           "patches": {r.name: r.applied for r in asr.patch_report if r.target == "whisper"},
-           "decoder_attention": asr.model.model.decoder.layers[0].encoder_attn.config._attn_implementation}
-    rng = np.random.default_rng(0)
+    def progress(event):
+        if event.stage == "asr":
+            windows[0] = event.total
 
-    def run(seconds: float, label: str, words: bool, **params) -> dict:
-        audio = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
-        cfg = InferenceConfig.model_validate({"language": "en", **params},
-                                             context={"capabilities": asr.capabilities(False)})
-        asr.transcribe(audio[: 16000 * 5], cfg, word_timestamps=words)  # warm-up
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
+    request = {"inputs": audio, "parameters": {"language": "en", **params}}
+    response = handler(request, progress=progress)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(iters):
         started = time.perf_counter()
-        result = asr.transcribe(audio, cfg, word_timestamps=words)
+        response = handler(request)
         sync(device)
-        wall = time.perf_counter() - started
-        r = {"audio_s": seconds, "s": wall, "rtf": wall / seconds, "words": len(result.words or [])}
-        if device.type == "cuda":
-            r["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
-        log(f"endpoint {label}: {wall:.2f} s for {seconds:.0f} s (RTF {wall / seconds:.4f})"
-            + (f", peak {r['peak_memory_gib']:.2f} GiB" if "peak_memory_gib" in r else ""))
-        return r
+        times.append(time.perf_counter() - started)
+    times.sort()
+    r = {"s": times[len(times) // 2], "runs_s": [round(t, 4) for t in times], "windows": windows[0],
+         "assisted": response.get("assisted"), "speakers": len({s.get("speaker") for s in
+                                                                 response.get("segments", [])} - {None})}
+    if device.type == "cuda":
+        r["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return r
 
-    n = args.tokens
-    for label, assisted in (("batch1_words_plain", False), ("batch1_words_assisted", True)):
-        if budget.left() < 30:
+
+def sec_bracket(rig, args, device, budget) -> dict:
+    """The seed's comparison through the handler (ASR only, as the seed measured it): an 8 s and a
+    60 s clip, plain against assisted, the assisted runs bracketed by the model drafting for itself
+    (every draft accepted: the upper bound) and the random distil-shaped assistant (nearly none:
+    the lower bound). Latency is the median of ``iters`` after a warm-up; ms per generated token
+    divides it by windows x tokens per window."""
+    out = {"tokens_per_s": args.tokens_per_s}
+    for seconds in (8.0, 60.0):
+        audio = wav_bytes(seconds, seed=int(seconds))
+        tokens = rig.tokens_for(seconds)
+        for label, handler, assisted in (("plain", "asr", False), ("assisted, random distil (lower bound)", "asr", True),
+                                         ("assisted, self (upper bound)", "self", True)):
+            key = f"{seconds:.0f}s {label}"
+            if budget.left() < (30 if seconds < 30 else 60):
+                out[key] = "skipped (time budget)"
+                continue
+            h = rig.handler(handler)
+            h.asr.max_new_tokens = tokens
+            r = timed_requests(h, audio, {"assisted": assisted}, device, args.iters)
+            r.update(audio_s=seconds, tokens_per_window=tokens,
+                     ms_per_token=1000 * r["s"] / max(1, r["windows"] * tokens))
+            out[key] = r
+            log(f"bracket {key}: {1000 * r['s']:.0f} ms ({r['ms_per_token']:.2f} ms/token, {r['windows']} windows)")
+        plain = out.get(f"{seconds:.0f}s plain")
+        for key, r in out.items():
+            if key.startswith(f"{seconds:.0f}s ") and isinstance(r, dict) and isinstance(plain, dict):
+                r["x_plain"] = plain["s"] / r["s"]
+    return out
+
+
+def sec_batch24(rig, args, device, budget) -> dict:
+    """large-v3 on the long recording at batch 24 (chunked windows), word timestamps on as every
+    diarized request has them: real-time factor, median of ``iters`` after a warm-up (the memory
+    pool grown there, not in the timed calls)."""
+    seconds = args.long_seconds
+    h = rig.handler("asr")
+    h.asr.max_new_tokens = rig.tokens_for(30.0)
+    out = {}
+    for label, words in (("words", True), ("plain", False)):
+        if budget.left() < 60:
             out[label] = "skipped (time budget)"
             continue
-        r = run(30.0, label, True, assisted=assisted)
-        r["ms_per_token"] = 1000 * r["s"] / n  # the encoder pass included
+        r = timed_requests(h, wav_bytes(seconds), {"batch_size": 24, "return_word_timestamps": words},
+                           device, max(1, args.iters - 1))
+        r.update(audio_s=seconds, tokens_per_window=h.asr.max_new_tokens, rtf=r["s"] / seconds)
         out[label] = r
-    batch = max(args.batch_sizes)
-    seconds = 30.0 + 20.0 * (batch - 1) - 1.0  # chunked windows every 20 s -> `batch` windows
-    for label, words in ((f"batch{batch}_plain", False), (f"batch{batch}_words", True)):
-        if budget.left() < 40:
+        log(f"batch24 {label}: {r['s']:.2f} s for {seconds:.0f} s (RTF {r['rtf']:.4f}, {r['windows']} windows)")
+    return out
+
+
+def sec_together(rig, args, device, budget) -> dict:
+    """On the long recording: the ASR alone (batch 24, word timestamps), the diarization alone
+    (``speaker_asr.pipeline.diarize_speakers`` on the loaded pipeline) and both as the endpoint runs
+    them (the diarization on its worker thread beside the ASR): once with the diarization on the
+    default CUDA stream, once on a stream of its own (DIARIZATION_CUDA_STREAM)."""
+    import torch
+
+    from speaker_asr.audio.decode import SAMPLE_RATE
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.pipeline import diarize_speakers
+
+    seconds = args.long_seconds
+    audio = wav_bytes(seconds)
+    h = rig.handler("full")
+    h.asr.max_new_tokens = rig.tokens_for(30.0)
+    out = {"audio_s": seconds}
+    iters = max(1, args.iters - 1)
+    if budget.left() >= 60:
+        asr = rig.handler("asr")
+        asr.asr.max_new_tokens = h.asr.max_new_tokens
+        r = timed_requests(asr, audio, {"batch_size": 24, "return_word_timestamps": True}, device, iters)
+        out["asr alone"] = {**r, "rtf": r["s"] / seconds}
+    if budget.left() >= 45:
+        waveform = synthetic_speech(seconds)
+        cfg = InferenceConfig.model_validate({}, context={"capabilities": h.capabilities})
+        diarize_speakers(h.diarization, h.voices, waveform, cfg, with_voices=False)  # warm-up
+        times = []
+        for _ in range(iters):
+            started = time.perf_counter()
+            found = diarize_speakers(h.diarization, h.voices, waveform, cfg, with_voices=False)
+            sync(device)
+            times.append(time.perf_counter() - started)
+        times.sort()
+        out["diarization alone"] = {"s": times[len(times) // 2], "runs_s": [round(t, 4) for t in times],
+                                    "rtf": times[len(times) // 2] / seconds,
+                                    "speakers": len({t.speaker for t in found.turns})}
+        assert len(waveform) == int(seconds * SAMPLE_RATE)
+    streams = [("both, one stream", None)]
+    if device.type == "cuda":
+        streams.append(("both, diarization on its own stream", torch.cuda.Stream(device)))
+    for label, stream in streams:
+        if budget.left() < 60:
             out[label] = "skipped (time budget)"
             continue
-        out[label] = run(seconds, label, words, long_form="chunked", batch_size=batch)
+        h.pipeline.diarization_stream = stream
+        r = timed_requests(h, audio, {"batch_size": 24}, device, iters)
+        out[label] = {**r, "rtf": r["s"] / seconds}
+    h.pipeline.diarization_stream = None
+    for key, r in out.items():
+        if isinstance(r, dict):
+            log(f"together {key}: {r['s']:.2f} s for {seconds:.0f} s (RTF {r['rtf']:.4f})")
     return out
 
 
@@ -609,15 +762,42 @@ def markdown(doc: dict) -> str:
                     L.append(f"| {name} | {b.split('_')[1]} | {v['windows_per_s']:.2f} | "
                              f"{v['tokens_per_s']:.0f} | {v['audio_s_per_s']:.0f} |")
         L.append("")
-    e = r.get("endpoint")
-    if isinstance(e, dict):
-        L += [f"| endpoint (WhisperTranscriber, {e.get('tokens')} tokens/window, decoder attention "
-              f"{e.get('decoder_attention')}) | s | RTF | ms/token | peak GiB |", "|---|---|---|---|---|"]
-        for k, v in e.items():
-            if isinstance(v, dict) and "rtf" in v:
-                L.append(f"| {k.replace('_', ' ')} ({v['audio_s']:.0f} s) | {v['s']:.2f} | {v['rtf']:.4f} | "
-                         f"{fmt(v.get('ms_per_token'))} | {fmt(v.get('peak_memory_gib'))} |")
+    rig = doc.get("rig") or {}
+    shape = "the thin large-v3 shape (d_model 80)" if doc["smoke"] else "large-v3 in full"
+    b = r.get("bracket")
+    if isinstance(b, dict):
+        L += [f"The seed's comparison through the handler, ASR only ({shape}, {doc['dtype']}, random weights, "
+              f"{b.get('tokens_per_s')} tokens per second of audio, latency the median of {doc.get('iters')} "
+              "after a warm-up):", "",
+              "| clip | decoding | latency ms | x plain | windows | tokens/window | ms/token | assisted |",
+              "|---|---|---|---|---|---|---|---|"]
+        for k, v in b.items():
+            if isinstance(v, dict):
+                clip, _, mode = k.partition(" ")
+                used = (v.get("assisted") or {}).get("used") if isinstance(v.get("assisted"), dict) \
+                    else v.get("assisted")
+                L.append(f"| {clip} | {mode} | {1000 * v['s']:.0f} | {fmt(v.get('x_plain'))} | {v['windows']} | "
+                         f"{v['tokens_per_window']} | {v['ms_per_token']:.2f} | {fmt(used)} |")
+            elif isinstance(v, str):
+                L.append(f"| {k} | {v} | | | | | | |")
         L.append("")
+    for key, title in (("batch24", "large-v3 at batch 24 on the long recording"),
+                       ("together", "ASR beside diarization on one device")):
+        t = r.get(key)
+        if not isinstance(t, dict):
+            continue
+        L += [f"{title} ({shape} + the random pyannote 3.1 layout; median of {max(1, doc.get('iters', 1) - 1)} "
+              "after a warm-up):", "", "| run | audio s | s | RTF | windows | peak GiB |", "|---|---|---|---|---|---|"]
+        for k, v in t.items():
+            if isinstance(v, dict):
+                L.append(f"| {k} | {v.get('audio_s', t.get('audio_s'))} | {v['s']:.2f} | {v['rtf']:.4f} | "
+                         f"{fmt(v.get('windows'))} | {fmt(v.get('peak_memory_gib'))} |")
+            elif isinstance(v, str):
+                L.append(f"| {k} | {v} | | | | |")
+        L.append("")
+    if rig:
+        L += [f"random models built in {rig.get('build_s', 0):.1f} s; handlers loaded (warm-up included): "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in (rig.get('load_s') or {}).items()), ""]
     a = r.get("assisted")
     if isinstance(a, dict):
         L += [f"| assisted (batch 1, {a.get('tokens')} tokens) | ms/token | x plain |", "|---|---|---|",
@@ -675,8 +855,8 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny shapes; runs on CPU")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     ap.add_argument("--dtype", default=None, help="default float16 on GPU, float32 on CPU")
-    ap.add_argument("--sections", default="endpoint,pyannote",
-                    help="comma list of: " + ", ".join(SECTIONS) + " (static needs --compile)")
+    ap.add_argument("--sections", default=",".join(ENDPOINT_SECTIONS),
+                    help="comma list of: " + ", ".join(ENDPOINT_SECTIONS + SECTIONS) + " (static needs --compile)")
     ap.add_argument("--compile", action="store_true", help="add the static-cache / torch.compile section")
     ap.add_argument("--full", action="store_true",
                     help="every section on the bare models too (encoder, decode, batch, assisted) and "
@@ -686,6 +866,11 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=None, help="timed iterations (default 3, smoke 2)")
     ap.add_argument("--budget-s", type=float, default=540, help="stop starting new measurements after this")
     ap.add_argument("--pyannote-seconds", type=float, default=None, help="default 600 (smoke 30)")
+    ap.add_argument("--tokens-per-s", type=float, default=None,
+                    help="endpoint sections: tokens each window generates per second of audio in it "
+                         "(default 4: about 120 for a full 30 s window, as speech gives; smoke 0.5)")
+    ap.add_argument("--long-seconds", type=float, default=None,
+                    help="endpoint sections: the long recording (default 600; smoke 60)")
     ap.add_argument("--out", default=None, help="output folder (default $OUT, else bench/results)")
     args = ap.parse_args()
 
@@ -706,6 +891,8 @@ def main() -> None:
         args.iters = args.iters or 2
         args.pyannote_seconds = args.pyannote_seconds or 30.0
         args.pyannote_batches = [(32, 32), (8, 8)]
+        args.tokens_per_s = args.tokens_per_s or 0.5
+        args.long_seconds = args.long_seconds or 60.0
     else:
         names = ["large-v3", "distil-large-v3"]
         args.tokens = args.tokens or 128
@@ -715,8 +902,10 @@ def main() -> None:
         args.pyannote_seconds = args.pyannote_seconds or 600.0
         args.pyannote_batches = [(32, 32), (1, 32), (8, 32), (64, 32), (128, 32), (32, 1), (32, 128)] \
             if args.full else [(32, 32), (8, 32)]
-    if args.full and args.sections == "endpoint,pyannote":
-        args.sections = "endpoint,encoder,decode,batch,assisted,pyannote"
+        args.tokens_per_s = args.tokens_per_s or 4.0
+        args.long_seconds = args.long_seconds or 600.0
+    if args.full and args.sections == ",".join(ENDPOINT_SECTIONS):
+        args.sections = ",".join(ENDPOINT_SECTIONS + SECTIONS)
     sections = [s for s in args.sections.split(",") if s]
     if args.compile and "static" not in sections:
         sections.append("static")  # last: compiling large-v3 takes minutes
@@ -729,7 +918,8 @@ def main() -> None:
     doc = {"started": started.isoformat(), "argv": sys.argv[1:], "smoke": args.smoke,
            "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
            else f"CPU x{os.cpu_count()}", "dtype": str(dtype).removeprefix("torch."),
-           "torch": torch.__version__, "tokens": args.tokens, "results": {}, "errors": {}}
+           "torch": torch.__version__, "tokens": args.tokens, "iters": args.iters, "results": {},
+           "errors": {}}
     try:
         import transformers
 
@@ -755,8 +945,18 @@ def main() -> None:
            "batch": lambda: sec_batch(models, args, device, dtype, budget),
            "static": lambda: sec_static(models, args, device, dtype, budget),
            "assisted": lambda: sec_assisted(models, args, device, dtype, budget),
-           "pyannote": lambda: sec_pyannote(args, device, budget),
-           "endpoint": lambda: sec_endpoint(args, device, dtype, budget)}
+           "pyannote": lambda: sec_pyannote(args, device, budget)}
+    rigs = []
+
+    def rig():  # the endpoint sections' models and handlers, built once
+        if not rigs:
+            rigs.append(EndpointRig(args, device, dtype))
+        doc["rig"] = {"build_s": rigs[0].build_s, "load_s": rigs[0].load_s}
+        return rigs[0]
+
+    fns.update({"bracket": lambda: sec_bracket(rig(), args, device, budget),
+                "batch24": lambda: sec_batch24(rig(), args, device, budget),
+                "together": lambda: sec_together(rig(), args, device, budget)})
     for s in sections:
         if s not in fns:
             doc["errors"][s] = "unknown section"

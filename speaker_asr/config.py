@@ -98,6 +98,9 @@ class ModelSettings(BaseSettings):
     speaker_match_threshold: float = Field(
         DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,
         description="default voice similarity (cosine) for naming a speaker after a reference clip")
+    diarization_cuda_stream: bool = Field(
+        False, description="on a GPU, run the diarization on a CUDA stream of its own beside the ASR "
+                           "instead of sharing the default stream (bench/gpu_run.sh measures both)")
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
 

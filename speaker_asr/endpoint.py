@@ -51,8 +51,14 @@ class EndpointHandler:
                 self.voices = SpeakerVoices(self.diarization)
             except RuntimeError as exc:  # a custom pipeline without an embedding model
                 logger.warning("known speakers unavailable: %s", exc)
+        stream = None
+        if self.diarization is not None and self.settings.diarization_cuda_stream \
+                and str(self.device).startswith("cuda"):
+            import torch
+
+            stream = torch.cuda.Stream(self.device)
         self.pipeline = Pipeline(self.asr, self.diarization, self.voices,
-                                 self.settings.speaker_match_threshold)
+                                 self.settings.speaker_match_threshold, diarization_stream=stream)
         # one request at a time: the models, the assistant policy and the diarization worker are
         # shared state (the Endpoints toolkit serialises calls too; a caller's own threads may not)
         self._lock = threading.Lock()

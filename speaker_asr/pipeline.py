@@ -41,12 +41,15 @@ class Pipeline:
     ``diarization``: a pyannote pipeline (None: no speakers); ``voices``: its
     :class:`~speaker_asr.diarization.embeddings.SpeakerVoices` (None: no known speakers);
     ``match_threshold``: the similarity a speaker needs to take a known name when the request
-    gives none. Not for two requests at once (the handler holds a lock)."""
+    gives none; ``diarization_stream``: a CUDA stream for the diarization (None: the device's
+    default stream, which the ASR uses too). Not for two requests at once (the handler holds a
+    lock)."""
 
     def __init__(self, asr, diarization=None, voices=None,
-                 match_threshold: float = DEFAULT_SPEAKER_MATCH_THRESHOLD):
+                 match_threshold: float = DEFAULT_SPEAKER_MATCH_THRESHOLD, diarization_stream=None):
         self.asr, self.diarization, self.voices = asr, diarization, voices
         self.match_threshold = match_threshold
+        self.diarization_stream = diarization_stream
         # the diarization runs on its own thread beside the ASR (torch releases the GIL), so a
         # request costs about the longer of the two rather than their sum
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization") \
@@ -92,8 +95,7 @@ class Pipeline:
         the Diarization's ``error``: the transcript is still worth returning)."""
         pending = None
         if self.diarization is not None:
-            pending = self._worker.submit(diarize_speakers, self.diarization, self.voices, audio,
-                                          config, with_voices, progress)
+            pending = self._worker.submit(self._diarize, audio, config, with_voices, progress)
         try:
             # word timestamps drive speaker attribution; without diarization only when asked for
             transcript = self.asr.transcribe(audio, config, word_timestamps=pending is not None
@@ -108,6 +110,20 @@ class Pipeline:
         except Exception as exc:  # a fault in the model, not in the request: keep the transcript
             logger.exception("diarization failed")
             return transcript, Diarization(error=type(exc).__name__)
+
+
+    def _diarize(self, audio: np.ndarray, config: InferenceConfig, with_voices: bool,
+                 progress: Optional[ProgressCallback]) -> Diarization:
+        """:func:`diarize_speakers` on the worker thread, on :attr:`diarization_stream` if set."""
+        stream = self.diarization_stream
+        if stream is None:
+            return diarize_speakers(self.diarization, self.voices, audio, config, with_voices, progress)
+        import torch
+
+        with torch.cuda.stream(stream):
+            found = diarize_speakers(self.diarization, self.voices, audio, config, with_voices, progress)
+        stream.synchronize()
+        return found
 
 
 def is_silent(audio: np.ndarray, config: InferenceConfig) -> bool:

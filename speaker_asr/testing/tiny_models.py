@@ -29,6 +29,10 @@ LARGE_V3_ALIGNMENT_HEADS = [[7, 0], [10, 17], [12, 18], [13, 12], [16, 1], [17, 
 # layers x 20 heads, its alignment heads), thin: d_model 80 instead of 1280
 LARGE_V3_SHAPE = dict(num_mel_bins=128, d_model=80, encoder_layers=2, decoder_layers=32,
                       attention_heads=20, alignment_heads=LARGE_V3_ALIGNMENT_HEADS)
+# large-v3 in full (1.55 B parameters; its vocabulary of 51,866: 50,257 text tokens, then the
+# special, language and timestamp tokens), for GPU benchmarks: build it with device= and dtype=
+LARGE_V3 = {**LARGE_V3_SHAPE, "d_model": 1280, "encoder_layers": 32, "ffn_dim": 5120,
+            "text_tokens": 50257}
 
 
 def _byte_vocab() -> dict[str, int]:
@@ -56,20 +60,33 @@ def special_tokens() -> list[str]:
     return tokens
 
 
-def build_whisper_processor(out: Path, feature_size: int = 80):
+def _filler_token(i: int) -> str:
+    """A made-up word token (a space, then letters) for id ``i``: unique for every id."""
+    letters = ""
+    while True:
+        i, r = divmod(i, 26)
+        letters += chr(ord("a") + r)
+        if not i:
+            return "\u0120" + letters + "_"
+
+
+def build_whisper_processor(out: Path, feature_size: int = 80, text_tokens: int = 256):
     """Write a Whisper tokenizer + feature extractor (``feature_size`` mel bins: 80, or 128 as
-    large-v3) to ``out`` and return the processor."""
+    large-v3) to ``out`` and return the processor. ``text_tokens``: the ids before the special
+    tokens -- the 256 bytes, then made-up word tokens up to it (50,257 gives the real
+    checkpoints' ids: ``<|endoftext|>`` is 50257)."""
     from transformers import WhisperFeatureExtractor, WhisperProcessor, WhisperTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     vocab = _byte_vocab()
+    vocab.update({_filler_token(i): i for i in range(256, text_tokens)})
     specials = special_tokens()
     for i, tok in enumerate(specials):
-        vocab[tok] = 256 + i
+        vocab[tok] = text_tokens + i
     # the files a hub checkpoint has; both transformers 4.x and 5.x build the tokenizer from them
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "merges.txt").write_text("#version: 0.2\n")
-    added = {str(256 + i): {"content": t, "special": True, "lstrip": False, "rstrip": False,
+    added = {str(text_tokens + i): {"content": t, "special": True, "lstrip": False, "rstrip": False,
                             "normalized": False, "single_word": False} for i, t in enumerate(specials)}
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "WhisperTokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
@@ -114,7 +131,7 @@ def _steer_towards_text(model, tok, seed: int) -> None:
         preference[tok.convert_tokens_to_ids("<|0.00|>"):] = -1.2
         preference[tok.convert_tokens_to_ids("<|endoftext|>")] = -1.5
         proj = torch.randn(vocab, d_model, generator=gen) + 3 * preference[:, None] * direction[None, :]
-        model.proj_out.weight = torch.nn.Parameter(proj)
+        model.proj_out.weight = torch.nn.Parameter(proj.to(dec.embed_tokens.weight.device))
         dec.layer_norm.weight.fill_(0.4)
         dec.layer_norm.bias.copy_(2 * direction)
 
@@ -122,17 +139,20 @@ def _steer_towards_text(model, tok, seed: int) -> None:
 def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, encoder_layers: int = 2,
                   decoder_layers: int = 2, seed: int = 0, max_length: int = 448,
                   num_mel_bins: int = 80, attention_heads: int = 4,
-                  alignment_heads: list | None = None, ffn_dim: int | None = None) -> Path:
+                  alignment_heads: list | None = None, ffn_dim: int | None = None,
+                  text_tokens: int = 256, device=None, dtype=None) -> Path:
     """A randomly initialised Whisper saved like a hub checkpoint (config, generation config,
     weights, tokenizer, feature extractor), with alignment heads so word timestamps work (by
-    default two heads of the last layer). ``**LARGE_V3_SHAPE`` gives large-v3's shape, thin."""
+    default two heads of the last layer). ``**LARGE_V3_SHAPE`` gives large-v3's shape, thin;
+    ``**LARGE_V3`` in full, best built where it will run (``device="cuda"``, ``dtype=
+    torch.float16``: the weights are made there and saved in that dtype)."""
     import torch
     from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-    processor = build_whisper_processor(out, feature_size=num_mel_bins)
+    processor = build_whisper_processor(out, feature_size=num_mel_bins, text_tokens=text_tokens)
     tok = processor.tokenizer
-    vocab_size = 256 + len(special_tokens())
+    vocab_size = text_tokens + len(special_tokens())
     ids = {t: tok.convert_tokens_to_ids(t) for t in special_tokens()[:2 + len(LANGUAGES) + 6]}
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     config = WhisperConfig(
@@ -146,8 +166,11 @@ def build_whisper(out: Path, *, multilingual: bool = True, d_model: int = 64, en
         tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
-    model = WhisperForConditionalGeneration(config).eval()
+    with torch.device(device or "cpu"):
+        model = WhisperForConditionalGeneration(config).eval()
     _steer_towards_text(model, tok, seed)
+    if dtype is not None:
+        model = model.to(dtype)
     # like the hub checkpoints: never emit language, task or other control tokens inside the text
     suppress = [ids[t] for t in special_tokens()[1:2 + len(LANGUAGES) + 5]]
     gen = GenerationConfig(

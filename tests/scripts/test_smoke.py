@@ -17,8 +17,10 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -175,13 +177,88 @@ def test_long_audio_per_stage(env, tmp_path):
     assert (tmp_path / "long.md").read_text().strip() in out
 
 
+@pytest.fixture(scope="module")
+def gpu_wheels(tmp_path_factory) -> Path:
+    """The wheels bench/gpu_run.sh carries, downloaded by bench/gpu_wheels.sh from the package
+    index (CI reaches it) -- for this Python: the GPU machine's are for 3.12."""
+    folder = tmp_path_factory.mktemp("whl")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    run(["bash", "bench/gpu_wheels.sh"], dict(os.environ, PYTHON=sys.executable, WHEEL_DIR=str(folder),
+                                              PYTHON_VERSION=version), timeout=300)
+    return folder
+
+
+def gpu_run(env, wheels, out) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "bench/gpu_run.sh", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=dict(env, DEVICE="cpu", WHEEL_DIR=str(wheels),
+                                                      PYTHON=sys.executable))
+
+
 @heavy
-def test_gpu_benchmark_smoke(env, tmp_path):
-    run([sys.executable, "bench/gpu_benchmark.py", "--smoke", "--device", "cpu", "--tokens", "4", "--iters", "1",
-         "--batch-sizes", "2", "--pyannote-seconds", "10", "--out", str(tmp_path)], env)
+def test_gpu_run_dry_run(env, gpu_wheels, tmp_path):
+    """bench/gpu_run.sh as the GPU machine runs it, on the CPU with the smoke shapes: the preflight
+    (wheels, install, imports), then every endpoint section through the handler."""
+    proc = gpu_run(env, gpu_wheels, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "preflight wheels: ok" in proc.stdout and "preflight imports: ok" in proc.stdout, proc.stdout
+    preflight = json.loads((tmp_path / "preflight.json").read_text())
+    assert preflight["problems"] == [] and "speaker_asr.endpoint" in preflight["imports"], preflight
     doc = json.loads((tmp_path / "gpu_benchmark-smoke.json").read_text())
-    assert doc["errors"] == {} and set(doc["results"]) == {"endpoint", "pyannote"}, doc
-    assert "smoke shapes" in (tmp_path / "gpu_benchmark-smoke.md").read_text()
+    assert doc["errors"] == {} and list(doc["results"]) == ["bracket", "batch24", "together"], doc["errors"]
+    bracket = doc["results"]["bracket"]
+    for clip, windows in (("8s", 1), ("60s", 3)):
+        for mode, used in (("plain", False), ("assisted, random distil (lower bound)", True),
+                           ("assisted, self (upper bound)", True)):
+            r = bracket[f"{clip} {mode}"]
+            assert r["windows"] == windows and r["ms_per_token"] > 0 and r["assisted"]["used"] is used, (clip, mode, r)
+    assert set(doc["results"]["batch24"]) == {"words", "plain"}
+    together = doc["results"]["together"]
+    assert {"asr alone", "diarization alone", "both, one stream"} <= set(together), together
+    assert together["both, one stream"]["speakers"] >= 1  # the diarization ran inside the request
+    md = (tmp_path / "gpu_benchmark-smoke.md").read_text()
+    assert "| 60s | assisted, self (upper bound) |" in md and "| diarization alone |" in md, md
+
+
+@heavy
+def test_gpu_run_preflight_names_a_missing_wheel(env, gpu_wheels, tmp_path):
+    """One carried wheel gone: the run stops in its first seconds, naming it."""
+    partial = tmp_path / "whl"
+    shutil.copytree(gpu_wheels, partial)
+    (gone,) = partial.glob("pydantic_core-*.whl")
+    gone.unlink()
+    started = time.monotonic()
+    proc = gpu_run(env, partial, tmp_path / "out")
+    assert time.monotonic() - started < 10
+    assert proc.returncode != 0 and "missing wheel pydantic-core==2.50.5" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+@heavy
+def test_gpu_wheels_travel(tmp_path):
+    """What travels to the GPU machine: the wheels for its Python 3.12 (from the package index),
+    whose requirements the image or each other meet (and whatever the run imports here, too), with
+    the working tree, under the device runner's 64 MiB."""
+    folder = tmp_path / "whl"
+    run(["bash", "bench/gpu_wheels.sh"], dict(os.environ, PYTHON=sys.executable, WHEEL_DIR=str(folder)),
+        timeout=300)
+    run([sys.executable, "bench/gpu_preflight.py", "closure", "--dir", str(folder), "--python", "3.12"],
+        dict(os.environ, PYANNOTE_METRICS_ENABLED="false", PYTHONPATH=str(ROOT)))
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, check=True).stdout.decode().split("\0")
+    tree = sum((ROOT / f).stat().st_size for f in tracked if f and (ROOT / f).is_file())
+    wheels = sum(f.stat().st_size for f in folder.glob("*.whl"))
+    assert tree + wheels < 64 * 2**20, (tree, wheels)
+
+
+@heavy
+def test_gpu_benchmark_bare_model_sections(env, tmp_path):
+    """--full's sections on the bare models (not part of gpu_run.sh), smoke shapes on the CPU."""
+    sections = "encoder,decode,batch,assisted,pyannote"
+    run([sys.executable, "bench/gpu_benchmark.py", "--smoke", "--device", "cpu", "--sections", sections,
+         "--tokens", "4", "--iters", "1", "--batch-sizes", "2", "--pyannote-seconds", "10", "--out", str(tmp_path)], env)
+    doc = json.loads((tmp_path / "gpu_benchmark-smoke.json").read_text())
+    assert doc["errors"] == {} and list(doc["results"]) == sections.split(","), doc["errors"]
+    assert "| assisted (batch 1, 4 tokens) | ms/token | x plain |" in (tmp_path / "gpu_benchmark-smoke.md").read_text()
 
 
 @heavy
@@ -192,23 +269,6 @@ def test_word_timestamp_memory(env, tmp_path):
                            "stock words add |")
     assert len(rows) == 1 and rows[0][0] == "1" and re.fullmatch(r"\d+ MB \(-?\d+ MB\)", rows[0][1]), rows
     assert (tmp_path / "word_timestamp_memory.md").read_text().strip() in out
-
-
-def test_gpu_wheels(env, tmp_path):
-    """The download script with a stand-in for pip (the real one needs the package index): it
-    asks for every pinned wheel for the GPU image's Python and reports the folder."""
-    fake = tmp_path / "python"
-    fake.write_text('#!/usr/bin/env bash\necho "$*" >> "$FAKE_PIP_LOG"\n'
-                    'while [ $# -gt 1 ]; do [ "$1" = -d ] && touch "$2/${!#}.whl"; shift; done\n')
-    fake.chmod(0o755)
-    wheels, log = tmp_path / "whl", tmp_path / "pip.log"
-    out = run(["bash", "bench/gpu_wheels.sh"], dict(env, PYTHON=str(fake), WHEEL_DIR=str(wheels),
-                                                   FAKE_PIP_LOG=str(log)), timeout=60)
-    calls = log.read_text().splitlines()
-    assert len(calls) >= 20 and all(c.startswith("-m pip download") and "--python-version 3.12" in c
-                                    for c in calls), calls
-    assert "pyannote.audio==4.0.7.whl" in os.listdir(wheels) and len(os.listdir(wheels)) == len(calls)
-    assert str(wheels) in out
 
 
 # --------------------------------------------------------------------------- eval/
