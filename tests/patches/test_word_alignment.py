@@ -99,7 +99,7 @@ def test_assisted_decoding_gets_the_word_times_of_plain_decoding(pair):
     transcriber = pair["new"]
     plain = transcriber.transcribe(audio, _config(transcriber, assisted=False), word_timestamps=True)
     assisted = transcriber.transcribe(audio, _config(transcriber, assisted=True), word_timestamps=True)
-    assert assisted.assisted and not plain.assisted
+    assert assisted.assisted.used and not plain.assisted.used
     assert assisted.text == plain.text and plain.words
     assert assisted.words == plain.words
 
