@@ -45,10 +45,15 @@ def test_base64_request(handler, speech_like_wav):
 
 
 def test_every_input_form_gives_the_same_result(handler, speech_like_wav):
-    expected = handler({"inputs": b64(speech_like_wav)})
-    assert handler({"inputs": speech_like_wav}) == expected  # raw bytes (audio/* bodies)
-    assert handler({"inputs": bytearray(speech_like_wav), "parameters": {}}) == expected
-    assert handler({"inputs": "data:audio/wav;base64," + b64(speech_like_wav)}) == expected
+    def answer(data):  # assisted='auto' takes turns while it times both modes: the same text
+        out = handler(data)
+        assert set(out.pop("assisted")) == {"used", "reason"}
+        return out
+
+    expected = answer({"inputs": b64(speech_like_wav)})
+    assert answer({"inputs": speech_like_wav}) == expected  # raw bytes (audio/* bodies)
+    assert answer({"inputs": bytearray(speech_like_wav), "parameters": {}}) == expected
+    assert answer({"inputs": "data:audio/wav;base64," + b64(speech_like_wav)}) == expected
     flac = encode(np.frombuffer(speech_like_wav[44:], "<i2").astype(np.float32) / 32768, fmt="FLAC")
     assert handler({"inputs": b64(flac)})["text"] == expected["text"]
 
