@@ -29,11 +29,19 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ffmpeg libsndfile1 \
  && rm -rf /var/lib/apt/lists/*
 
+# torchcodec for the base image's torch (pyannote.audio 4 reads files with it): each release up to
+# 0.11 is built for one torch minor and says not which, so pip would take the newest (built for
+# torch >= 2.11). torch 2.8 -> 0.7 (requirements-pyannote4.txt has the table; another BASE_IMAGE
+# needs its release here: the import check below fails the build otherwise)
+ARG TORCHCODEC_VERSION=0.7.0
+
 WORKDIR /app
 COPY requirements-pyannote4.txt ./
 # pinning the image's own torch keeps pip from swapping it for another build
 RUN TORCH_VERSION="$(python -c 'import torch; print(torch.__version__.split("+")[0])')" \
- && python -m pip install -r requirements-pyannote4.txt "torch==${TORCH_VERSION}"
+ && python -m pip install -r requirements-pyannote4.txt "torch==${TORCH_VERSION}" \
+      "torchcodec==${TORCHCODEC_VERSION}" \
+ && python -c "import torchcodec.decoders"
 
 COPY . .
 # fail the build, not the deployment, when an import is broken

@@ -5,7 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH_PINS := torch==2.14.1 torchaudio==2.11.1
+# torchcodec (pyannote.audio 4's file reader) is built for a range of torch releases and says not
+# which: pinned with torch (requirements-pyannote4.txt has the table)
+TORCH_PINS := torch==2.14.1 torchaudio==2.11.1 torchcodec==0.17.0
 # transformers 4.51 (what the Inference Endpoints toolkit image pins), installed beside the main
 # environment and put first on PYTHONPATH for the compatibility pass of the tests
 COMPAT := .compat-t451

@@ -29,6 +29,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import FORMATS, TASKS
 from speaker_asr.speaker_names import MAX_SPEAKERS, validate_speaker_names
+from speaker_asr.types import (ASSIST_BATCH_SIZE, ASSIST_LONG_AUDIO, ASSIST_NO_ASSISTANT,
+                               ASSIST_NOT_REQUESTED, ASSIST_REQUESTED, ASSIST_SAMPLING,
+                               AssistDecision)
+
+if typing.TYPE_CHECKING:
+    from speaker_asr.asr.assist_policy import AssistPolicy
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
 DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
@@ -441,24 +447,40 @@ class InferenceConfig(BaseModel):
         object.__setattr__(self, "known_speaker_names", clean)
 
     def assist_eligible(self, duration_s: float, has_assistant: bool) -> bool:
-        """Whether assisted and plain decoding are interchangeable for this request: an
-        assistant is loaded, the audio fits one window (assisted decoding runs at batch 1, so for
-        longer audio batched windows win: measured on an A10 with large-v3 + distil-large-v3,
-        assisted took 327 ms vs 784 ms plain on 8 s, but 4.15 s vs 3.48 s on 60 s), decoding is
-        greedy and no batch size above 1 was asked for. With ``long_form='sequential'`` both run
-        one window at a time, so any length is eligible."""
-        first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
-        fits = duration_s <= self.chunk_length_s or self.long_form == "sequential"
-        return (has_assistant and fits and first_temperature == 0 and self.batch_size in (None, 1))
+        """Whether assisted and plain decoding are interchangeable for this request (see
+        :meth:`plain_reason`): then ``auto`` lets the measurements choose."""
+        return self.plain_reason(duration_s, has_assistant) is None
 
-    def use_assistant(self, duration_s: float, has_assistant: bool) -> bool:
-        """Whether to decode with the assistant. ``auto``: when :meth:`assist_eligible` (the
-        transcriber then lets :class:`assist_policy.AssistPolicy` pick the measured faster mode)."""
+    def plain_reason(self, duration_s: float, has_assistant: bool) -> Optional[str]:
+        """Why ``auto`` decodes this request without the assistant whatever was measured (one of
+        :data:`~speaker_asr.types.ASSIST_REASONS`), or None when both modes are interchangeable:
+        an assistant is loaded, the audio fits one window (assisted decoding runs at batch 1, so
+        for longer audio batched windows win: measured on an A10 with large-v3 +
+        distil-large-v3, assisted took 327 ms vs 784 ms plain on 8 s, but 4.15 s vs 3.48 s on
+        60 s), decoding is greedy and no batch size above 1 was asked for. With
+        ``long_form='sequential'`` both run one window at a time, so any length is eligible."""
+        first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
+        if not has_assistant:
+            return ASSIST_NO_ASSISTANT
+        if duration_s > self.chunk_length_s and self.long_form != "sequential":
+            return ASSIST_LONG_AUDIO
+        if first_temperature != 0:
+            return ASSIST_SAMPLING
+        if self.batch_size not in (None, 1):
+            return ASSIST_BATCH_SIZE
+        return None
+
+    def assist_decision(self, duration_s: float, has_assistant: bool,
+                        policy: "AssistPolicy") -> AssistDecision:
+        """Whether to decode with the assistant, and why: as asked (``true`` / ``false``), else
+        (``auto``) plain for a :meth:`plain_reason`, else ``policy``'s choice of the mode it
+        measured faster (:class:`~speaker_asr.asr.assist_policy.AssistPolicy`)."""
         if self.assisted is True:
-            return True
-        if self.assisted is False or not has_assistant:
-            return False
-        return self.assist_eligible(duration_s, has_assistant)
+            return AssistDecision(True, ASSIST_REQUESTED)
+        if self.assisted is False:
+            return AssistDecision(False, ASSIST_NOT_REQUESTED)
+        reason = self.plain_reason(duration_s, has_assistant)
+        return AssistDecision(False, reason) if reason is not None else policy.choose()
 
     def batch_size_for(self, assisted: bool, default: int = DEFAULT_BATCH_SIZE) -> int:
         """The batch size asked for, else 1 when assisted, else ``default`` (the device's)."""

@@ -2,8 +2,8 @@
 
 It holds what every format is written from: the transcript as segments (Whisper's segments, split
 wherever the speaker changes, each with its speaker and, with word timestamps, its words), the
-language, the audio's duration, the warnings, the known speakers' matches and the voice
-embeddings. The speaker turns (consecutive segments of one speaker, with their words) are derived
+language, the audio's duration, whether the assistant model drafted the tokens (and why), the
+warnings, the known speakers' matches and the voice embeddings. The speaker turns (consecutive segments of one speaker, with their words) are derived
 from the segments (:attr:`Result.speaker_turns`), never stored beside them. Times and numbers
 are held as the response writes them (seconds to the millisecond, similarities to 4 decimals,
 embeddings to 6).
@@ -25,7 +25,7 @@ from functools import cached_property
 from typing import Any, Mapping, Optional, Sequence
 
 from speaker_asr.errors import RequestError
-from speaker_asr.types import Segment, Word
+from speaker_asr.types import AssistDecision, Segment, Word
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,9 @@ class Result:
     found). ``with_words``: the segments carry their words (``return_word_timestamps``).
     ``alignment``: ``"word"`` (speakers from word timestamps) or ``"segment"``; None only for a
     response read back without one, as is a missing ``duration``. ``speaker_embeddings``: each
-    found speaker's voice by its label, None when not asked for. :attr:`speaker_turns` is derived
-    from the segments."""
+    found speaker's voice by its label, None when not asked for. ``assisted``: whether the
+    assistant model drafted the tokens, and why; None where the ASR did not run (silence) or a
+    response read back has none. :attr:`speaker_turns` is derived from the segments."""
 
     text: str
     segments: list[Segment]
@@ -74,6 +75,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     known_speakers: list[KnownSpeaker] = field(default_factory=list)
     speaker_embeddings: Optional[dict[str, Optional[list[float]]]] = None
+    assisted: Optional[AssistDecision] = None
 
     # ----------------------------------------------------------------------------- speakers
 
@@ -160,9 +162,12 @@ class Result:
 
     def notes_json(self) -> dict[str, Any]:
         """What the request noted beside the transcript, each key only when present:
-        ``known_speakers``, ``speaker_embeddings``, ``warnings`` -- written here only, in this
-        order, for :meth:`to_json`, :meth:`carried_json` and the OpenAI shapes."""
+        ``assisted`` (``{"used", "reason"}``), ``known_speakers``, ``speaker_embeddings``,
+        ``warnings`` -- written here only, in this order, for :meth:`to_json`,
+        :meth:`carried_json` and the OpenAI shapes."""
         out: dict[str, Any] = {}
+        if self.assisted is not None:
+            out["assisted"] = self.assisted.to_json()
         if self.known_speakers:
             out["known_speakers"] = self._known_speakers_json()
         if self.speaker_embeddings is not None:
@@ -225,7 +230,8 @@ class Result:
                                          _vector(k.get("embedding")))
                             for k in response.get("known_speakers") or [] if isinstance(k, dict)],
             speaker_embeddings={k: _vector(v) for k, v in voices.items()}
-            if isinstance(voices, dict) else None)
+            if isinstance(voices, dict) else None,
+            assisted=_assisted(response.get("assisted")))
 
 
 def speaker_turns(segments: Sequence[Segment]) -> list[SpeakerTurn]:
@@ -271,6 +277,15 @@ def _word(word: dict, speaker: Any) -> Word:
     return Word(_text(word.get("word")), _num(word.get("start")), _num(word.get("end")),
                 word.get("speaker", speaker),
                 [s for s in word.get("overlap") or [] if isinstance(s, str)])
+
+
+def _assisted(value: Any) -> Optional[AssistDecision]:
+    """``{"used": bool, "reason": str}`` read back; None when missing (older responses, silence)
+    or not of that shape."""
+    if not isinstance(value, dict) or not isinstance(value.get("used"), bool):
+        return None
+    reason = value.get("reason")
+    return AssistDecision(value["used"], reason if isinstance(reason, str) else "")
 
 
 def _vector(value: Any) -> Optional[list[float]]:

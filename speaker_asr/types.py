@@ -9,6 +9,8 @@
 * :class:`Diarization` -- what the diarization found for one request: its turns, its exclusive
   turns and, when asked for, each speaker's voice.
 * :class:`Transcript` -- what the ASR returns for one request.
+* :class:`AssistDecision` -- whether the assistant model drafted the tokens, and why
+  (:data:`ASSIST_REASONS`).
 
 The record every writer reads, made of these, is :class:`speaker_asr.result.Result`.
 
@@ -74,6 +76,38 @@ class Diarization:
     error: Optional[str] = None
 
 
+# why a request was or was not decoded with the assistant (speculative decoding): the response's
+# ``assisted.reason`` and the label of /metrics' asr_decodes_total. Defined here only.
+ASSIST_REQUESTED = "requested"  # assisted=true
+ASSIST_NOT_REQUESTED = "not requested"  # assisted=false
+ASSIST_NO_ASSISTANT = "no assistant model loaded"  # auto, and ASSISTANT_MODEL is not set
+# auto: several windows are decoded faster batched without the assistant (it runs at batch 1)
+ASSIST_LONG_AUDIO = "audio longer than one window"
+ASSIST_SAMPLING = "sampling temperature"  # auto: the first temperature is above 0 (not greedy)
+ASSIST_BATCH_SIZE = "batch_size above 1"  # auto: the request asked for batched windows
+# auto, for audio both modes decode alike (asr/assist_policy.py): what this deployment measured
+ASSIST_AUTO_ASSISTED_FASTER = "auto: assisted measured faster"
+ASSIST_AUTO_PLAIN_FASTER = "auto: plain measured faster"
+ASSIST_AUTO_LEARNING = "auto: timing both modes"  # too few timings of one mode yet
+ASSIST_AUTO_EXPLORING = "auto: rechecking the slower mode"  # every few decisions, the other mode
+ASSIST_REASONS: tuple[str, ...] = (
+    ASSIST_REQUESTED, ASSIST_NOT_REQUESTED, ASSIST_NO_ASSISTANT, ASSIST_LONG_AUDIO, ASSIST_SAMPLING,
+    ASSIST_BATCH_SIZE, ASSIST_AUTO_ASSISTED_FASTER, ASSIST_AUTO_PLAIN_FASTER, ASSIST_AUTO_LEARNING,
+    ASSIST_AUTO_EXPLORING)
+
+
+@dataclass(frozen=True)
+class AssistDecision:
+    """Whether the assistant model drafted this request's tokens (``used``) and why (``reason``,
+    one of :data:`ASSIST_REASONS`; a response read back may hold another server's reason)."""
+
+    used: bool
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"used": self.used, "reason": self.reason}
+
+
 @dataclass
 class Transcript:
     """The ASR's result for one request."""
@@ -83,6 +117,7 @@ class Transcript:
     language: Optional[str]
     # word timestamps from the alignment heads (cross-attention DTW); None when not computed
     words: Optional[list[Word]] = None
-    assisted: bool = False  # whether the assistant model drafted the tokens
+    # whether the assistant model drafted the tokens, and why; None when the ASR did not run
+    assisted: Optional[AssistDecision] = None
     # text removed by the hallucination filter, one entry per removed run
     dropped: list[str] = field(default_factory=list)

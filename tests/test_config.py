@@ -72,19 +72,72 @@ def test_assisted_rules():
     rejects({"assisted": "yes"}, "true, false or 'auto'")
 
 
+class StubPolicy:
+    """An AssistPolicy stand-in: says what it was told to, counts its calls."""
+
+    def __init__(self, decision):
+        self.decision, self.calls = decision, 0
+
+    def choose(self):
+        self.calls += 1
+        return self.decision
+
+
 def test_auto_assisted_decides_by_length():
+    from speaker_asr.types import ASSIST_AUTO_LEARNING, AssistDecision
+
     auto = check({})
-    assert auto.use_assistant(8.0, has_assistant=True)
-    assert auto.use_assistant(30.0, has_assistant=True)
-    assert not auto.use_assistant(30.5, has_assistant=True)  # several windows: batched wins
+    learning = AssistDecision(True, ASSIST_AUTO_LEARNING)
+
+    def used(cfg, seconds, has_assistant=True):
+        return cfg.assist_decision(seconds, has_assistant, StubPolicy(learning)).used
+
+    assert used(auto, 8.0) and used(auto, 30.0)
+    assert not used(auto, 30.5)  # several windows: batched wins
     # sequential long-form decodes one window at a time either way: the policy may pick
     assert check({"long_form": "sequential"}).assist_eligible(600.0, has_assistant=True)
-    assert not auto.use_assistant(8.0, has_assistant=False)
-    assert not check({"batch_size": 8}).use_assistant(8.0, has_assistant=True)
-    assert not check({"temperature": 0.3}).use_assistant(8.0, has_assistant=True)
+    assert used(check({"long_form": "sequential"}), 600.0)
+    assert not used(auto, 8.0, has_assistant=False)
+    assert not used(check({"batch_size": 8}), 8.0)
+    assert not used(check({"temperature": 0.3}), 8.0)
     assert check({"assisted": "auto"}, NO_ASSISTANT).assisted == "auto"  # fine without assistant
-    assert check({"assisted": True}).use_assistant(600.0, has_assistant=True)
-    assert not check({"assisted": False}).use_assistant(8.0, has_assistant=True)
+    assert used(check({"assisted": True}), 600.0)
+    assert not used(check({"assisted": False}), 8.0)
+
+
+@pytest.mark.parametrize("params,seconds,has_assistant,expected", [
+    ({"assisted": True}, 600.0, True, (True, "requested")),  # asked: whatever the length
+    ({"assisted": False}, 8.0, True, (False, "not requested")),
+    ({}, 8.0, False, (False, "no assistant model loaded")),
+    ({}, 30.5, True, (False, "audio longer than one window")),
+    ({"chunk_length_s": 10.0}, 12.0, True, (False, "audio longer than one window")),
+    ({"temperature": 0.3}, 8.0, True, (False, "sampling temperature")),
+    ({"temperature": [0.2, 0.4]}, 8.0, True, (False, "sampling temperature")),
+    ({"batch_size": 8}, 8.0, True, (False, "batch_size above 1")),
+    # several reasons: the first in this order (no assistant, length, temperature, batch size)
+    ({"batch_size": 8, "temperature": 0.5}, 60.0, True, (False, "audio longer than one window")),
+])
+def test_assist_decision_says_why_without_asking_the_policy(params, seconds, has_assistant, expected):
+    from speaker_asr.types import ASSIST_REASONS, AssistDecision
+
+    policy = StubPolicy(AssistDecision(True, "must not be asked"))
+    decision = check(params).assist_decision(seconds, has_assistant, policy)
+    assert (decision.used, decision.reason) == expected and decision.reason in ASSIST_REASONS
+    assert policy.calls == 0
+
+
+def test_assist_decision_for_interchangeable_modes_is_the_policys():
+    from speaker_asr.asr.assist_policy import AssistPolicy
+    from speaker_asr.types import ASSIST_AUTO_PLAIN_FASTER, ASSIST_AUTO_LEARNING
+
+    for params, seconds in (({}, 8.0), ({"temperature": [0.0, 0.2]}, 30.0), ({"batch_size": 1}, 1.0),
+                            ({"long_form": "sequential"}, 600.0)):
+        assert check(params).assist_decision(seconds, True, AssistPolicy()).reason == ASSIST_AUTO_LEARNING
+    policy = AssistPolicy(min_samples=1, explore_every=0)
+    policy.record(True, 10.0, 5.0)
+    policy.record(False, 10.0, 2.0)
+    decision = check({}).assist_decision(8.0, True, policy)
+    assert (decision.used, decision.reason) == (False, ASSIST_AUTO_PLAIN_FASTER)
 
 
 @pytest.mark.parametrize("given,code", [("en", "en"), ("English", "en"), ("french", "fr"), ("<|de|>", "de"),

@@ -45,10 +45,15 @@ def test_base64_request(handler, speech_like_wav):
 
 
 def test_every_input_form_gives_the_same_result(handler, speech_like_wav):
-    expected = handler({"inputs": b64(speech_like_wav)})
-    assert handler({"inputs": speech_like_wav}) == expected  # raw bytes (audio/* bodies)
-    assert handler({"inputs": bytearray(speech_like_wav), "parameters": {}}) == expected
-    assert handler({"inputs": "data:audio/wav;base64," + b64(speech_like_wav)}) == expected
+    def answer(data):  # assisted='auto' takes turns while it times both modes: the same text
+        out = handler(data)
+        assert set(out.pop("assisted")) == {"used", "reason"}
+        return out
+
+    expected = answer({"inputs": b64(speech_like_wav)})
+    assert answer({"inputs": speech_like_wav}) == expected  # raw bytes (audio/* bodies)
+    assert answer({"inputs": bytearray(speech_like_wav), "parameters": {}}) == expected
+    assert answer({"inputs": "data:audio/wav;base64," + b64(speech_like_wav)}) == expected
     flac = encode(np.frombuffer(speech_like_wav[44:], "<i2").astype(np.float32) / 32768, fmt="FLAC")
     assert handler({"inputs": b64(flac)})["text"] == expected["text"]
 
@@ -91,6 +96,41 @@ def test_assistant_is_really_used(handler, speech_like_wav):
         assert not calls, "assisted='auto' times plain decoding next"
     finally:
         hook.remove()
+
+
+def test_the_response_says_whether_the_assistant_drafted_and_why(handler, speech_like_wav, caplog):
+    import logging
+
+    from speaker_asr.asr.assist_policy import AssistPolicy
+
+    def ask(wav=speech_like_wav, **parameters):
+        return handler({"inputs": b64(wav), "parameters": parameters})
+
+    assert ask(assisted=True)["assisted"] == {"used": True, "reason": "requested"}
+    assert ask(assisted=False)["assisted"] == {"used": False, "reason": "not requested"}
+    handler.asr.assist_policy = AssistPolicy(min_samples=1, explore_every=0)
+    caplog.set_level(logging.INFO, logger="speaker_asr.asr.transcriber")
+    # 'auto' on one-window audio: the policy times both modes (assisted first), then keeps the
+    # faster; each plain decode says why in one INFO line
+    first, second = ask(), ask()
+    assert first["assisted"] == {"used": True, "reason": "auto: timing both modes"}
+    assert second["assisted"] == {"used": False, "reason": "auto: timing both modes"}
+    lines = [r.getMessage() for r in caplog.records if "assisted='auto'" in r.getMessage()]
+    assert lines == ["assisted='auto': decoding without the assistant (auto: timing both modes)"]
+    assert ask()["assisted"]["reason"] in ("auto: assisted measured faster", "auto: plain measured faster")
+    caplog.clear()
+    long = ask(encode(np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])),
+               chunk_length_s=10, batch_size=2, response_format="verbose_json")
+    assert long["assisted"] == {"used": False, "reason": "audio longer than one window"}
+    assert [r.levelno for r in caplog.records if "audio longer than one window" in r.getMessage()] \
+        == [logging.INFO]
+    assert ask(temperature=0.4)["assisted"] == {"used": False, "reason": "sampling temperature"}
+    # every format carries it, as the other notes (duration, warnings)
+    for fmt in ("diarized_json", "srt"):
+        assert ask(assisted=False, response_format=fmt)["assisted"] == \
+            {"used": False, "reason": "not requested"}
+    # silence: the ASR did not run, nothing to say
+    assert "assisted" not in ask(encode(np.zeros(16000 * 3, np.float32)))
 
 
 def test_long_audio_is_chunked_and_batched(handler):
@@ -245,6 +285,9 @@ def test_handler_from_environment_without_diarization(tiny_models, speech_like_w
     r = h({"inputs": b64(speech_like_wav)})
     assert_schema(r, diarized=False)
     assert r["language"] == "en" and r["alignment"] == "segment"
+    assert r["assisted"] == {"used": False, "reason": "no assistant model loaded"}
+    assert h({"inputs": b64(speech_like_wav), "parameters": {"assisted": False}})["assisted"] == \
+        {"used": False, "reason": "not requested"}
     r = h({"inputs": b64(speech_like_wav), "parameters": {"return_word_timestamps": True}})
     assert r["alignment"] == "word" and all("speaker" not in w for c in r["chunks"] for w in c["words"])
     with pytest.raises(ValueError, match="English-only"):

@@ -2,13 +2,14 @@
 renaming, and a word's overlapping speakers in the formats that show words."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render, render_response
 from speaker_asr.result import KnownSpeaker, Result, SpeakerTurn, speaker_turns
-from speaker_asr.types import Segment, Word
+from speaker_asr.types import AssistDecision, Segment, Word
 
 from helpers import GOLDEN
 
@@ -24,22 +25,40 @@ def two_speakers(with_words: bool = True) -> Result:
     return Result(" Hello there. Yes.", segments, "en", 1.6, "word",
                   diarized=True, with_words=with_words, warnings=["a warning"],
                   known_speakers=[KnownSpeaker("Bob", None, 0.12, [0.6, 0.8])],
-                  speaker_embeddings={"SPEAKER_00": [1.0, 0.0], "SPEAKER_01": None})
+                  speaker_embeddings={"SPEAKER_00": [1.0, 0.0], "SPEAKER_01": None},
+                  assisted=AssistDecision(False, "auto: plain measured faster"))
 
 
 def test_json_edge_round_trips_with_every_key_in_order():
     result = two_speakers()
     out = result.to_json()
     assert list(out) == ["text", "chunks", "speakers", "language", "duration", "alignment",
-                         "known_speakers", "speaker_embeddings", "warnings"]
+                         "assisted", "known_speakers", "speaker_embeddings", "warnings"]
+    assert out["assisted"] == {"used": False, "reason": "auto: plain measured faster"}
     assert out["speakers"] == [{"speaker": "SPEAKER_00", "text": "Hello there.", "timestamp": [0.0, 1.2]},
                                {"speaker": "SPEAKER_01", "text": "Yes.", "timestamp": [1.2, 1.6]}]
     assert Result.from_json(json.loads(json.dumps(out))) == result
     golden = json.loads((GOLDEN / "response.json").read_text(encoding="utf-8"))
     assert Result.from_json(golden).to_json() == golden
     assert result.carried_json() == {"duration": 1.6, "warnings": ["a warning"],
+                                     "assisted": out["assisted"],
                                      "known_speakers": out["known_speakers"],
                                      "speaker_embeddings": out["speaker_embeddings"]}
+
+
+def test_assisted_is_read_back_and_older_responses_without_it_still_read():
+    out = two_speakers().to_json()
+    assert Result.from_json(out).assisted == AssistDecision(False, "auto: plain measured faster")
+    older = {k: v for k, v in out.items() if k != "assisted"}  # before the field existed
+    assert Result.from_json(older).assisted is None
+    assert "assisted" not in Result.from_json(older).to_json()
+    assert Result.from_json(older) == replace(two_speakers(), assisted=None)
+    for bad in (None, True, "yes", {"reason": "requested"}, {"used": "true", "reason": "requested"}):
+        assert Result.from_json({**out, "assisted": bad}).assisted is None, bad
+    # a reason this server does not write (another release's) is kept as it is
+    assert Result.from_json({**out, "assisted": {"used": True, "reason": "new"}}).assisted == \
+        AssistDecision(True, "new")
+    assert Result.from_json({**out, "assisted": {"used": True}}).assisted == AssistDecision(True, "")
 
 
 def test_overlap_is_written_with_words_only_where_someone_talks_over():
@@ -71,6 +90,7 @@ def test_every_format_answers_with_what_the_result_carries():
         out = render_response(two_speakers(), fmt, speaker_names=["Ann"])
         assert out["speaker_embeddings"] == {"Ann": [1.0, 0.0], "SPEAKER_01": None}
         assert out["warnings"] == ["a warning"] and out["duration"] == 1.6
+        assert out["assisted"] == {"used": False, "reason": "auto: plain measured faster"}
     assert render_response(two_speakers(), "json") == two_speakers().to_json()
 
 

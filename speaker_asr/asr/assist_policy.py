@@ -9,7 +9,9 @@ same text -- greedy assisted decoding equals greedy decoding -- so the policy ca
 both and keep the faster: it alternates until it has :attr:`min_samples` timings of each, then
 picks the mode with the lower median seconds per second of audio over the last
 :attr:`window` timings, and every :attr:`explore_every`-th decision takes the other mode once so
-a change (a busier machine, longer requests) is noticed.
+a change (a busier machine, longer requests) is noticed. Each choice says why
+(:class:`~speaker_asr.types.AssistDecision`: the reasons ``auto: ...`` of
+:data:`~speaker_asr.types.ASSIST_REASONS`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from __future__ import annotations
 import statistics
 import threading
 from collections import deque
+
+from speaker_asr.types import (ASSIST_AUTO_ASSISTED_FASTER, ASSIST_AUTO_EXPLORING,
+                               ASSIST_AUTO_LEARNING, ASSIST_AUTO_PLAIN_FASTER, AssistDecision)
 
 
 class AssistPolicy:
@@ -27,17 +32,19 @@ class AssistPolicy:
         self._decisions = 0
         self._lock = threading.Lock()
 
-    def choose(self) -> bool:
-        """True: decode this request with the assistant."""
+    def choose(self) -> AssistDecision:
+        """Whether to decode this request with the assistant (``used``), and why."""
         with self._lock:
             self._decisions += 1
             assisted, plain = self._seconds_per_second[True], self._seconds_per_second[False]
             if len(assisted) < self.min_samples or len(plain) < self.min_samples:
-                return len(assisted) <= len(plain)  # learning: the mode with fewer timings
+                # learning: the mode with fewer timings
+                return AssistDecision(len(assisted) <= len(plain), ASSIST_AUTO_LEARNING)
             faster = statistics.median(assisted) <= statistics.median(plain)
             if self.explore_every and self._decisions % self.explore_every == 0:
-                return not faster
-            return faster
+                return AssistDecision(not faster, ASSIST_AUTO_EXPLORING)
+            return AssistDecision(faster, ASSIST_AUTO_ASSISTED_FASTER if faster
+                                  else ASSIST_AUTO_PLAIN_FASTER)
 
     def record(self, assisted: bool, audio_seconds: float, elapsed_seconds: float) -> None:
         """The time one eligible request took to decode (either mode, chosen or requested)."""

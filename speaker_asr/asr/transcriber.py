@@ -316,10 +316,12 @@ class WhisperTranscriber:
         # for audio that fits one window both modes give the same text: "auto" takes the one
         # this deployment has measured to be faster (assist_policy.py)
         eligible = cfg.assist_eligible(seconds, self.assistant is not None)
-        if eligible and cfg.assisted == "auto":
-            assisted = self.assist_policy.choose()
-        else:
-            assisted = cfg.use_assistant(seconds, self.assistant is not None)
+        decision = cfg.assist_decision(seconds, self.assistant is not None, self.assist_policy)
+        assisted = decision.used
+        if cfg.assisted == "auto" and not assisted:
+            # INFO where an assistant could have drafted; without one every request says the same
+            logger.log(logging.INFO if self.assistant is not None else logging.DEBUG,
+                       "assisted='auto': decoding without the assistant (%s)", decision.reason)
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
@@ -359,7 +361,7 @@ class WhisperTranscriber:
             if cleaned is not None:
                 text, chunks, words, dropped = cleaned.text, cleaned.segments, cleaned.words, cleaned.dropped
         return Transcript(text=text, chunks=chunks, language=language, words=words,
-                         assisted=assisted, dropped=dropped)
+                         assisted=decision, dropped=dropped)
 
     def detect_language(self, audio: np.ndarray) -> Optional[str]:
         """Whisper's language detection on the first 30 s."""

@@ -72,7 +72,7 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
     return Result(text=transcript.text, segments=segments,
                   language=transcript.language, duration=_r(duration),
                   alignment="word" if words is not None else "segment", diarized=diarized,
-                  with_words=with_words and words is not None)
+                  with_words=with_words and words is not None, assisted=transcript.assisted)
 
 
 def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],

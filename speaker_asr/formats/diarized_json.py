@@ -4,7 +4,7 @@ shape of this name, on ``POST /`` and on ``/v1``.
 ``{"task", "duration", "text", "segments": [{"type": "transcript.text.segment", "id": "seg_0",
 "start", "end", "text", "speaker"}], "usage"}``: one segment per speaker turn (per transcript
 segment, speaker null, when diarization is off), parts without text left out; ``text`` without
-Whisper's leading space; then ``model`` when named, and ``known_speakers``,
+Whisper's leading space; then ``model`` when named, and ``assisted``, ``known_speakers``,
 ``speaker_embeddings``, ``warnings`` when present. The same segments are the
 ``transcript.text.segment`` events of ``stream=true`` (:func:`turns_of`, :func:`segment`).
 """

@@ -15,7 +15,7 @@ types, with a ``speaker`` beside every segment and word.
 * errors: ``{"error": {"message", "type", "param", "code"}}`` (:func:`error_object`), and the model
   list of ``GET /v1/models`` (:func:`model_list`).
 
-The JSON shapes also carry ``model`` (the model that ran) and, when there are any,
+The JSON shapes also carry ``model`` (the model that ran) and, when there are any, ``assisted``,
 ``known_speakers``, ``speaker_embeddings`` and ``warnings`` as the other formats do (extra fields:
 the SDK keeps them on its objects).
 

@@ -15,8 +15,8 @@ on every segment and word -- the one shape of this name, on ``POST /`` and on ``
   is computed from the text as Whisper does (zlib);
 * ``words`` (with word timestamps): every word, ``word`` (stripped), ``start``, ``end``,
   ``speaker``, and ``overlap`` (the other speakers talking over it) when any;
-* ``usage``: ``{"type": "duration", "seconds"}``; then ``model`` when named, and ``known_speakers``,
-  ``speaker_embeddings``, ``warnings`` when present.
+* ``usage``: ``{"type": "duration", "seconds"}``; then ``model`` when named, and ``assisted``,
+  ``known_speakers``, ``speaker_embeddings``, ``warnings`` when present.
 
 A time Whisper left out is the previous one (a word's start: the previous word's end; its end:
 its start). Pure Python (no torch); Whisper's language names come from transformers' table, read

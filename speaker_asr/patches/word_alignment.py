@@ -19,7 +19,8 @@ decoder in float32.
   steps attended from) computes the alignment heads' cross-attention: query and key projections of
   the alignment heads only, in the layers that have them, and the pass stops after the deepest of
   those layers. The weights are ``softmax(q k^T)`` with q scaled as Whisper's attention scales it,
-  the same arithmetic as its eager attention;
+  the same arithmetic as its eager attention, except that the product and the softmax run in
+  float32 whatever the model's dtype (:func:`alignment_weights`);
 * each batch item then goes through transformers' own ``_extract_token_timestamps`` (its
   normalisation, median filter, dynamic time warping and timestamp layout, which differ between
   releases), fed a cross-attention tuple that holds only that item's alignment heads. Memory: the
@@ -143,9 +144,18 @@ def _rows_per_pass(model, length: int, frames: int) -> int:
 def alignment_weights(model, sequences: torch.Tensor, encoder_states: torch.Tensor,
                       alignment_heads) -> Iterator[torch.Tensor]:
     """Per batch item, the cross-attention weights of ``alignment_heads`` (in their order) for
-    the decoder input ``sequences[:, :-1]``: (heads, tokens, frames) tensors, one item at a time
-    (the teacher-forced passes run first; only the alignment heads' queries and keys of the whole
-    batch are held, never the weights of more than one item)."""
+    the decoder input ``sequences[:, :-1]``: (heads, tokens, frames) float32 tensors, one item at
+    a time (the teacher-forced passes run first; only the alignment heads' queries and keys of the
+    whole batch are held, never the weights of more than one item).
+
+    float32 whatever the model's dtype: transformers' ``_extract_token_timestamps`` normalises
+    the weights in their own dtype (each frame's mean and standard deviation over the tokens,
+    4.51 and 5.x alike), and in float16 (the GPU's dtype) a frame that every token attends to
+    with less than float16's smallest number (6e-8: a peaked head over 1500 frames) is all zeros,
+    its deviation 0 and its normalised column NaN -- the time warping then follows no path and
+    puts every word at -0.02 s. The queries and keys stay in the model's dtype (as its
+    attention computes them); only their product and the softmax are float32 (for a float32
+    model: the same arithmetic as before)."""
     capture = CAPTURE.get()
     decoder = model.model.decoder
     inputs = sequences[:, :-1]
@@ -171,8 +181,8 @@ def alignment_weights(model, sequences: torch.Tensor, encoder_states: torch.Tens
     # (layer, position of the head among that layer's captured heads), in alignment_heads' order
     where = [(int(layer), order[int(layer)].index(int(head))) for layer, head in alignment_heads]
     for b in range(inputs.shape[0]):
-        yield torch.stack([torch.softmax(torch.matmul(queries[layer][b, position],
-                                                      keys[layer][b, position].transpose(0, 1)),
+        yield torch.stack([torch.softmax(torch.matmul(queries[layer][b, position].float(),
+                                                      keys[layer][b, position].float().transpose(0, 1)),
                                          dim=-1)
                            for layer, position in where])
 

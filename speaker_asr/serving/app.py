@@ -145,7 +145,7 @@ class RequestContextMiddleware:
             status = info["status"] if info["status"] is not None else 499
             label = _metric_path(path)
             self.metrics.record(method, label, status, seconds, inference, info["audio_seconds"],
-                                info["bytes_in"])
+                                info["bytes_in"], info.get("assisted"))
             if inference:
                 self.metrics.add_in_flight(-1)
             fields = {"method": method, "path": path, "status": status,
@@ -268,6 +268,8 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         result = call.future.result()
         if isinstance(result, dict) and isinstance(result.get("duration"), (int, float)):
             request_info(request)["audio_seconds"] = float(result["duration"])
+        if isinstance(result, dict):  # every format carries it where the ASR ran (metrics)
+            request_info(request)["assisted"] = result.get("assisted")
         payload = json.dumps(result, ensure_ascii=False, allow_nan=False)
         return Response(payload, media_type="application/json")
 

@@ -7,12 +7,14 @@ prometheus_client (the text format, or OpenMetrics when asked for)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+
+from speaker_asr.types import ASSIST_REASONS
 
 if TYPE_CHECKING:
     from speaker_asr.serving.runner import ModelRunner
@@ -36,6 +38,11 @@ class Metrics:
             "asr_request_duration_seconds",
             "Latency of transcription requests (POST /, /predict, /v1/audio/*), every status code.",
             buckets=BUCKETS, registry=self.registry)
+        self.decodes = Counter(
+            "asr_decodes",
+            "Transcription requests answered after the ASR ran, by whether the assistant model "
+            "drafted the tokens (speculative decoding) and why (the response's assisted.reason).",
+            ["assisted", "reason"], registry=self.registry)
         self.in_flight = Gauge("asr_requests_in_flight",
                                "Transcription requests being handled (reading, queued or running).",
                                registry=self.registry)
@@ -45,13 +52,22 @@ class Metrics:
         self.in_flight.inc(delta)
 
     def record(self, method: str, path: str, status: int, seconds: float, inference: bool,
-               audio_seconds: Optional[float], bytes_in: int) -> None:
+               audio_seconds: Optional[float], bytes_in: int,
+               assisted: Optional[Mapping[str, Any]] = None) -> None:
+        """One request answered. ``assisted``: its response's ``{"used", "reason"}`` (None where
+        the ASR did not run: silence, an error)."""
         self.requests.labels(method, path, str(status)).inc()
         if inference:
             self.bytes_in.inc(bytes_in)
             self.latency.observe(seconds)
             if audio_seconds:
                 self.audio_seconds.inc(audio_seconds)
+            if isinstance(assisted, Mapping) and isinstance(assisted.get("used"), bool):
+                reason = assisted.get("reason")
+                # a closed label set: a reason this server does not write (a custom handler's)
+                # counts as "other"
+                self.decodes.labels(str(assisted["used"]).lower(),
+                                    reason if reason in ASSIST_REASONS else "other").inc()
 
     def exposition(self, accept: Optional[str]) -> tuple[bytes, str]:
         """``/metrics``: the body and its content type, in the format the ``Accept`` header asks

@@ -414,11 +414,13 @@ def _setter(event: asyncio.Event) -> Callable[[], None]:
 @dataclass
 class RenderedAnswer:
     """What the worker thread wrote for one /v1 request in the shape it asked for: the body (or
-    the stream's events) and the audio's duration."""
+    the stream's events), the audio's duration and whether the assistant drafted
+    (``{"used", "reason"}``, None where the ASR did not run; for the metrics)."""
 
     body: Union[dict, str, None]
     events: Optional[list[dict]]
     duration: Optional[float]
+    assisted: Optional[dict] = None
 
 
 def failure_event(error: BaseException, info: dict) -> dict:
@@ -459,7 +461,7 @@ async def event_stream(runner, call: ModelCall, info: dict, keepalive_s: float) 
             yield sse(failure_event(error, info))
             return
         answer: RenderedAnswer = call.future.result()
-        info["audio_seconds"] = answer.duration
+        info["audio_seconds"], info["assisted"] = answer.duration, answer.assisted
         for event in answer.events or []:
             yield sse(event)
     except (asyncio.CancelledError, OSError):  # the client went away
@@ -538,9 +540,10 @@ class OpenAIRoutes:
             config, result = handler.result(data, on_start=on_start, **extra)
             result = result.named(config.speaker_names or [])
             options = self._options(request, config, model)
+            assisted = None if result.assisted is None else result.assisted.to_json()
             if request.stream:
-                return RenderedAnswer(None, stream_events(result, options), result.duration)
-            return RenderedAnswer(render(result, options), None, result.duration)
+                return RenderedAnswer(None, stream_events(result, options), result.duration, assisted)
+            return RenderedAnswer(render(result, options), None, result.duration, assisted)
 
         return work
 
@@ -581,7 +584,7 @@ class OpenAIRoutes:
                                               "Cache-Control": "no-cache",
                                               "X-Accel-Buffering": "no", **headers})
         answer: RenderedAnswer = call.future.result()
-        info["audio_seconds"] = answer.duration
+        info["audio_seconds"], info["assisted"] = answer.duration, answer.assisted
         if isinstance(answer.body, str):
             return Response(answer.body, media_type=TEXT_MEDIA_TYPE,
                             headers=headers)

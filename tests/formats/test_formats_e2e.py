@@ -97,7 +97,8 @@ def turns(response: dict) -> list[dict]:
 
 def text_body(fetch, fmt: str) -> str:
     body = fetch(fmt)
-    assert set(body) <= {"format", "content", "duration", "warnings"}, body
+    assert set(body) <= {"format", "content", "duration", "warnings", "assisted"}, body
+    assert set(body["assisted"]) == {"used", "reason"}  # the ASR ran: every format carries it
     assert body["format"] == fmt
     assert body["duration"] == pytest.approx(CLIP_SECONDS, abs=0.01)
     assert isinstance(body["content"], str)
@@ -134,6 +135,9 @@ def check_vtt(content: str, names: set[str]) -> list:
 def test_json_with_speaker_names(reference):
     assert isinstance(reference["text"], str) and reference["language"] == "en"
     assert reference["duration"] == pytest.approx(CLIP_SECONDS, abs=0.01)
+    # the tiny models include an assistant: 'auto' on one-window audio is the policy's choice
+    assert isinstance(reference["assisted"]["used"], bool)
+    assert reference["assisted"]["reason"].startswith("auto: ")
     labels = {t["speaker"] for t in reference["speakers"]} | {c["speaker"] for c in reference["chunks"]}
     assert labels <= set(NAMES), labels  # num_speakers=2, two names: nobody keeps a label
     # the first speaker to appear (turns, chunks, words) is the first name
@@ -157,11 +161,13 @@ def test_verbose_json(fetch, reference):
             (*chunk["timestamp"], chunk["text"], chunk["speaker"])
         assert seg["speaker"] in NAMES
     assert "words" not in body  # not asked for
+    assert set(body["assisted"]) == {"used", "reason"}  # beside usage, as the other notes
 
 
 def test_diarized_json(fetch, reference):
     body = fetch("diarized_json")
     assert body["duration"] == pytest.approx(CLIP_SECONDS, abs=0.01)
+    assert set(body["assisted"]) == {"used", "reason"}
     assert body["text"] == reference["text"].strip()
     assert len(body["segments"]) == len(reference["speakers"])
     for i, (seg, turn) in enumerate(zip(body["segments"], turns(reference))):

@@ -115,12 +115,12 @@ def test_auto_tries_both_modes_on_one_window_audio_with_identical_output(transcr
     auto = InferenceConfig.from_request({"language": "en"}, caps)
     assert auto.assisted == "auto" and auto.assist_eligible(5.0, True)
     results = [transcriber.transcribe(audio, auto, word_timestamps=True) for _ in range(4)]
-    assert {r.assisted for r in results} == {True, False}
+    assert {r.assisted.used for r in results} == {True, False}
     assert all(r.text == results[0].text and r.words == results[0].words for r in results)
     assert all(v["timings"] >= 2 for v in transcriber.assist_policy.snapshot().values())
     # long audio is never assisted under auto: batched windows
     long = transcriber.transcribe(_speech_like(40.0), auto)
-    assert long.assisted is False
+    assert (long.assisted.used, long.assisted.reason) == (False, "audio longer than one window")
 
 
 def test_cpu_decodes_long_audio_in_batches_of_eight(transcribers):

@@ -99,7 +99,7 @@ def test_assisted_decoding_gets_the_word_times_of_plain_decoding(pair):
     transcriber = pair["new"]
     plain = transcriber.transcribe(audio, _config(transcriber, assisted=False), word_timestamps=True)
     assisted = transcriber.transcribe(audio, _config(transcriber, assisted=True), word_timestamps=True)
-    assert assisted.assisted and not plain.assisted
+    assert assisted.assisted.used and not plain.assisted.used
     assert assisted.text == plain.text and plain.words
     assert assisted.words == plain.words
 
@@ -234,6 +234,54 @@ def test_word_times_with_the_decoder_on_sdpa_as_on_a_gpu(tiny_models):
     b = gpu_like.transcribe(audio, cfg, word_timestamps=True)
     assert a.words and a.text == b.text
     assert [(w.start, w.end) for w in a.words] == [(w.start, w.end) for w in b.words]
+
+
+def _sharpen_alignment_heads(model, factor: float) -> None:
+    """Scale the keys of the alignment heads' layers: each token's attention peaks on a few
+    frames and leaves the others below float16's smallest number (6e-8), as trained alignment
+    heads over 1500 frames do (the tiny random model's are nearly uniform)."""
+    from speaker_asr.patches.word_alignment import _layer_heads
+
+    with torch.no_grad():
+        for layer in _layer_heads(model.generation_config.alignment_heads):
+            model.model.decoder.layers[layer].encoder_attn.k_proj.weight.mul_(factor)
+
+
+def test_float16_word_times_are_float32s_with_peaked_alignment_heads(tiny_models, monkeypatch):
+    """float16 is the GPU's dtype; here on the CPU (torch runs Whisper in float16 there too). With
+    the alignment weights' softmax in float16, frames no token attends to above 6e-8 were all
+    zeros, transformers' normalisation divided them by a deviation of 0 (NaN), and the time
+    warping put every word at -0.02 s; the weights are float32 now, and the words are timed as
+    in a float32 model."""
+    import math
+
+    from speaker_asr.patches import word_alignment
+
+    seen = []
+    stock_weights = word_alignment.alignment_weights
+
+    def spy(*args, **kwargs):
+        for item in stock_weights(*args, **kwargs):
+            # transformers' normalisation: each frame's deviation over the tokens
+            seen.append((item.dtype, bool((item.std(dim=-2, unbiased=False) > 0).all())))
+            yield item
+
+    monkeypatch.setattr(word_alignment, "alignment_weights", spy)
+    audio = _speech_like(6.0)
+    words = {}
+    for dtype in ("float32", "float16"):
+        transcriber = _load(tiny_settings(tiny_models, torch_dtype=dtype, device="cpu"))
+        assert transcriber.model.dtype == getattr(torch, dtype)
+        _sharpen_alignment_heads(transcriber.model, 1500.0)
+        result = transcriber.transcribe(audio, _config(transcriber, assisted=False), word_timestamps=True)
+        assert result.words, dtype
+        words[dtype] = [(w.text, w.start, w.end) for w in result.words]
+    for text, start, end in words["float16"]:
+        assert math.isfinite(start) and math.isfinite(end) and 0.0 <= start <= end, words["float16"]
+    assert [t for t, _, _ in words["float16"]] == [t for t, _, _ in words["float32"]]
+    for (_, start16, end16), (_, start32, end32) in zip(words["float16"], words["float32"]):
+        assert abs(start16 - start32) <= 0.1 and abs(end16 - end32) <= 0.1, words
+    assert seen and all(dtype == torch.float32 and every_frame_varies for dtype, every_frame_varies in seen)
 
 
 @pytest.mark.real

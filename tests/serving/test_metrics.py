@@ -49,3 +49,21 @@ def test_the_format_follows_the_accept_header():
     families = {f.name: f for f in openmetrics_families(body.decode())}  # ends with # EOF
     sample = next(s for s in families["asr_http_requests"].samples if s.name.endswith("_total"))
     assert (sample.labels, sample.value) == ({"method": "POST", "path": "/", "code": "400"}, 1)
+
+
+def test_decodes_are_counted_by_whether_the_assistant_drafted_and_why():
+    metrics = Metrics(runner())
+    metrics.record("POST", "/", 200, 0.3, True, 2.0, 100, {"used": True, "reason": "requested"})
+    metrics.record("POST", "/", 200, 0.3, True, 2.0, 100, {"used": True, "reason": "requested"})
+    metrics.record("POST", "/v1/audio/transcriptions", 200, 0.3, True, 2.0, 100,
+                   {"used": False, "reason": "audio longer than one window"})
+    metrics.record("POST", "/", 200, 0.1, True, 3.0, 100, None)  # silence: the ASR did not run
+    metrics.record("POST", "/", 400, 0.1, True, None, 100)  # refused
+    # a custom handler's own reason, or a malformed value: a closed label set
+    metrics.record("POST", "/", 200, 0.1, True, 1.0, 100, {"used": False, "reason": "made up"})
+    metrics.record("POST", "/", 200, 0.1, True, 1.0, 100, {"used": "no", "reason": "requested"})
+    m = parse_metrics(metrics.exposition(None)[0].decode())
+    decodes = {k: v for k, v in m.items() if k.startswith("asr_decodes_total")}
+    assert decodes == {'asr_decodes_total{assisted="true",reason="requested"}': 2,
+                       'asr_decodes_total{assisted="false",reason="audio longer than one window"}': 1,
+                       'asr_decodes_total{assisted="false",reason="other"}': 1}

@@ -624,3 +624,38 @@ def test_a_handler_that_cannot_give_a_result_answers_501_and_a_wrong_body_415(cl
         assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_url"
         r = HTTP.get(url + "/v1/audio/transcriptions")
         assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_decodes_are_counted_in_the_metrics_on_both_routes(clip_bytes):
+    """Each answered request counts in asr_decodes_total by its result's ``assisted``: POST / (any
+    format: every one carries it) and /v1 (json, text, a stream); a silent one (no decision) not."""
+    from dataclasses import replace
+
+    from speaker_asr.types import AssistDecision
+
+    class Assisted(FakeHandler):
+        def _run(self, data, on_start=None):
+            config, result = super()._run(data, on_start)
+            if (data.get("parameters") or {}).get("vad_filter") is False:  # stands for silence here
+                return config, result
+            return config, replace(result, assisted=AssistDecision(True, "auto: assisted measured faster"))
+
+    with inprocess(Assisted) as (url, _):
+        def post(query=""):
+            r = session().post(url + "/" + query, data=clip_bytes, headers={"Content-Type": "audio/wav"},
+                               timeout=30)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        assert post()["assisted"] == {"used": True, "reason": "auto: assisted measured faster"}
+        assert post("?response_format=srt")["assisted"]["used"] is True
+        assert "assisted" not in post("?vad_filter=false")
+        sdk = client(url)
+        upload = ("a.wav", clip_bytes, "audio/wav")
+        verbose = sdk.audio.transcriptions.create(file=upload, model="m", response_format="verbose_json")
+        assert verbose.model_extra["assisted"] == {"used": True, "reason": "auto: assisted measured faster"}
+        assert sdk.audio.transcriptions.create(file=upload, model="m", response_format="text")
+        assert list(sdk.audio.transcriptions.create(file=upload, model="m", stream=True))
+        m = metrics(url)
+        assert m['asr_decodes_total{assisted="true",reason="auto: assisted measured faster"}'] == 5
+        assert sum(v for k, v in m.items() if k.startswith("asr_decodes_total")) == 5

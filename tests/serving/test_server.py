@@ -313,6 +313,14 @@ def test_metrics_after_requests(servers):
     # assisted="auto" on the 2 s clips tried both modes (the tiny models include an assistant)
     assert m['asr_auto_decode_seconds_per_audio_second{mode="assisted"}'] > 0
     assert m['asr_auto_decode_seconds_per_audio_second{mode="plain"}'] > 0
+    # every answered request where the ASR ran counts once, by whether the assistant drafted and why
+    from speaker_asr.types import ASSIST_REASONS
+
+    decodes = {k: v for k, v in m.items() if k.startswith("asr_decodes_total")}
+    assert sum(decodes.values()) >= 5
+    assert all(re.fullmatch(r'asr_decodes_total\{assisted="(true|false)",reason="([^"]*)"\}', k)[2]
+               in ASSIST_REASONS for k in decodes), decodes
+    assert any('reason="auto: timing both modes"' in k for k in decodes), decodes
 
 
 # --------------------------------------------------------------------------- broken server
