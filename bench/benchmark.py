@@ -49,6 +49,9 @@ VARIANTS = {
     # word times from transformers' attention output at every step, as before issue 15 (the
     # alignment_heads_only patch skipped, every other one applied)
     "asr-only-stock-word-times": (None, {"BENCH_ASR_ONLY": "1", "BENCH_STOCK_WORD_TIMES": "1"}),
+    # the handler without its warm-up at load (WARMUP=false): load_s in the JSON without it, and
+    # with --no-warmup the cold first request it would otherwise have paid for
+    "warmup-off": (None, {"WARMUP": "false"}),
 }
 # --emulate-cpu: keep every library of both sides off the instructions such a CPU lacks
 EMULATED_CPUS = {
@@ -183,6 +186,7 @@ def worker_handler(spec: dict) -> dict:
     known = (stages["decode"] or 0) + (stages["alignment"] or 0) + run["asr_diar_wall_s"]
     return {
         **spec, "kind": "handler", "duration_s": duration, "load_s": load_s,
+        "load_warmup_s": getattr(h, "warmup", None),
         "decode_s": stages["decode"], "asr_s": stages["asr"], "diar_s": stages["diarization"],
         "align_s": stages["alignment"], "e2e_s": run["e2e_s"], "other_s": run["e2e_s"] - known,
         "asr_diar_overlap_s": run["overlap_s"],

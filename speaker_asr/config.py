@@ -109,6 +109,11 @@ class ModelSettings(BaseSettings):
                            "instead of sharing the default stream (bench/gpu_run.sh measures both)")
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
+    warmup: bool = Field(
+        True, description="after loading, decode and diarize a second of made-up audio once (plain, "
+                          "and assisted when an assistant is loaded) so the first request does not "
+                          "pay the libraries' lazy set-up (cuBLAS/cuDNN on a GPU); false starts "
+                          "faster. Not counted by assisted='auto' or the metrics")
 
     @field_validator("asr_model")
     @classmethod

@@ -19,7 +19,7 @@ from speaker_asr.config import InferenceConfig, ModelSettings
 from speaker_asr.diarization.pipeline import configure_pyannote_telemetry, load_diarization_pipeline
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render_response
-from speaker_asr.pipeline import Pipeline
+from speaker_asr.pipeline import WARM_UP_SECONDS, Pipeline
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.result import Result
 
@@ -75,6 +75,31 @@ class EndpointHandler:
                     self.settings.assistant_model, self.settings.diarization_model, self.device,
                     str(self.dtype).removeprefix("torch."),
                     f" quantization={self.settings.quantization}" if self.settings.quantization else "")
+        # seconds per part of the warm-up (Pipeline.warm_up); None with WARMUP=false
+        self.warmup: Optional[dict[str, float]] = self._warm_up() if self.settings.warmup else None
+
+    def _warm_up(self) -> dict[str, float]:
+        """The models run once before the first request (``WARMUP``); one log line with the time
+        of each part. A model that fails here fails the load."""
+        import transformers
+
+        started = time.perf_counter()
+        # what transformers says about decoding made-up audio cut short ("did not predict an
+        # ending timestamp") is noise in the start-up log; errors still show
+        previous = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()
+        try:
+            with self._lock:
+                seconds = self.pipeline.warm_up(self.capabilities)
+        except Exception:
+            logger.error("the warm-up failed: the models raised on %.0f s of made-up audio "
+                         "(WARMUP=false starts without the warm-up)", WARM_UP_SECONDS)
+            raise
+        finally:
+            transformers.logging.set_verbosity(previous)
+        logger.info("warm-up in %.2f s (%s; %.0f s of audio)", time.perf_counter() - started,
+                    " ".join(f"{part}={s:.2f}s" for part, s in seconds.items()), WARM_UP_SECONDS)
+        return seconds
 
     def __call__(self, data: dict[str, Any], progress: Optional[ProgressCallback] = None
                  ) -> dict[str, Any]:

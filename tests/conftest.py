@@ -47,10 +47,11 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def handler(tiny_models):
-    """Multilingual tiny Whisper + assistant + tiny pyannote pipeline, loaded like production."""
+    """Multilingual tiny Whisper + assistant + tiny pyannote pipeline, loaded like production
+    (warmed up at load, as WARMUP defaults to)."""
     from speaker_asr.endpoint import EndpointHandler
 
-    return EndpointHandler(settings=tiny_settings(tiny_models))
+    return EndpointHandler(settings=tiny_settings(tiny_models, warmup=True))
 
 
 @pytest.fixture(scope="session")

@@ -188,6 +188,14 @@ def test_settings_defaults_are_hub_ids(monkeypatch):
     assert not s.diarization_telemetry
 
 
+def test_warmup_setting(monkeypatch):
+    monkeypatch.delenv("WARMUP", raising=False)
+    assert ModelSettings().warmup is True  # on unless turned off
+    for value, expected in (("false", False), ("0", False), ("true", True)):
+        monkeypatch.setenv("WARMUP", value)
+        assert ModelSettings().warmup is expected
+
+
 def test_decoding_guards():
     cfg = check({"temperature": [0.0, 0.2, 0.4], "compression_ratio_threshold": 2.4,
                  "logprob_threshold": -1.0, "no_speech_threshold": 0.6})

@@ -281,7 +281,9 @@ def test_handler_from_environment_without_diarization(tiny_models, speech_like_w
     monkeypatch.setenv("DIARIZATION_MODEL", "")
     monkeypatch.setenv("MAX_NEW_TOKENS", str(TINY_MAX_NEW_TOKENS))
     monkeypatch.delenv("ASSISTANT_MODEL", raising=False)
+    monkeypatch.delenv("WARMUP", raising=False)  # the default: on
     h = EndpointHandler("")
+    assert set(h.warmup) == {"plain"}  # warmed up: no assistant, no diarization
     r = h({"inputs": b64(speech_like_wav)})
     assert_schema(r, diarized=False)
     assert r["language"] == "en" and r["alignment"] == "segment"
@@ -488,3 +490,96 @@ def test_client_mistakes_are_request_errors(handler, speech_like_wav):
                 ["not", "a", "dict"]):
         with pytest.raises(RequestError):
             handler(bad)
+
+
+# --------------------------------------------------------------------------- warm-up at load
+
+
+@pytest.fixture(scope="module")
+def warm_and_cold(tiny_models):
+    """Two fresh handlers of the tiny models (assistant and pyannote pipeline included): one warmed
+    up at load (the default), one with warmup=False; and what each load decoded and diarized
+    (through the classes' own methods, spied on during the loads only)."""
+    import threading
+
+    from speaker_asr import pipeline as steps
+    from speaker_asr.asr.transcriber import WhisperTranscriber
+    from speaker_asr.endpoint import EndpointHandler
+
+    transcribe, diarize = WhisperTranscriber.transcribe, steps.diarize
+    seen: list = []
+
+    def spy_transcribe(self, audio, cfg, word_timestamps=False, progress=None, **kwargs):
+        seen.append({"step": "asr", "assisted": cfg.assisted, "words": word_timestamps,
+                     "record": kwargs.get("record", True), "progress": progress,
+                     "seconds": len(audio) / 16000})
+        return transcribe(self, audio, cfg, word_timestamps, progress, **kwargs)
+
+    def spy_diarize(pipeline, audio, *args, **kwargs):
+        seen.append({"step": "diarization", "thread": threading.current_thread().name,
+                     "hook": kwargs.get("hook"), "seconds": len(audio) / 16000})
+        return diarize(pipeline, audio, *args, **kwargs)
+
+    handlers, loads = {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(WhisperTranscriber, "transcribe", spy_transcribe)
+        mp.setattr(steps, "diarize", spy_diarize)
+        for warm in (True, False):
+            seen.clear()
+            handlers[warm] = EndpointHandler(settings=tiny_settings(tiny_models, warmup=warm))
+            loads[warm] = list(seen)
+    return handlers, loads
+
+
+def test_warm_up_runs_plain_assisted_and_diarization_unrecorded(warm_and_cold):
+    handlers, loads = warm_and_cold
+    from speaker_asr.pipeline import WARM_UP_SECONDS
+
+    warm = handlers[True]
+    asr = [c for c in loads[True] if c["step"] == "asr"]
+    assert [c["assisted"] for c in asr] == [False, True]  # plain, then with the assistant
+    assert all(c["words"] and c["record"] is False and c["progress"] is None
+               and c["seconds"] == WARM_UP_SECONDS for c in asr)
+    diarizations = [c for c in loads[True] if c["step"] == "diarization"]
+    assert len(diarizations) == 1 and diarizations[0]["hook"] is None
+    assert diarizations[0]["seconds"] == WARM_UP_SECONDS
+    # on the pipeline's worker thread, where requests diarize (GPU libraries set up per thread)
+    assert diarizations[0]["thread"].startswith("diarization")
+    assert set(warm.warmup) == {"plain", "assisted", "diarization"}
+    assert all(s >= 0 for s in warm.warmup.values())
+    # assisted="auto" starts from nothing: the warm-up's slow first decodes are not its timings
+    assert all(v["timings"] == 0 for v in warm.asr.assist_policy.snapshot().values())
+
+
+def test_warmup_false_skips_the_warm_up(warm_and_cold):
+    handlers, loads = warm_and_cold
+    assert loads[False] == [] and handlers[False].warmup is None
+
+
+def test_warm_up_changes_no_output(warm_and_cold, speech_like_wav):
+    """The first request after a warm-up answers what it answers without one (text, words,
+    speakers), with assisted='auto' (the policy's first choice is the same: it has no timings)
+    and with the assistant or without."""
+    handlers, _ = warm_and_cold
+    for parameters in ({"return_word_timestamps": True}, {"assisted": False, "num_speakers": 2}):
+        first = {warm: h({"inputs": b64(speech_like_wav), "parameters": parameters})
+                 for warm, h in handlers.items()}
+        assert first[True]["text"].strip()
+        assert first[True] == first[False]
+
+
+def test_a_model_failing_in_the_warm_up_fails_the_load(tiny_models, monkeypatch, caplog):
+    """What the models say is not looked at, but an exception in one (a CUDA error) is not hidden:
+    the load fails, with a line that names the warm-up and the way around it."""
+    from speaker_asr.asr.transcriber import WhisperTranscriber
+    from speaker_asr.endpoint import EndpointHandler
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(WhisperTranscriber, "transcribe", broken)
+    with caplog.at_level("ERROR", logger="handler"), pytest.raises(RuntimeError, match="CUDA error"):
+        EndpointHandler(settings=tiny_settings(tiny_models, assistant_model="", diarization_model="",
+                                               warmup=True))
+    assert any("warm-up failed" in r.getMessage() and "WARMUP=false" in r.getMessage()
+               for r in caplog.records)

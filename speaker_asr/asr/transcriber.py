@@ -293,11 +293,15 @@ class WhisperTranscriber:
         return chunked_windows(samples, aligned(cfg.chunk_length_s), stride, stride)
 
     def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False,
-                   progress: Optional[ProgressCallback] = None) -> Transcript:
+                   progress: Optional[ProgressCallback] = None, record: bool = True,
+                   max_new_tokens: Optional[int] = None) -> Transcript:
         """Timestamped segments, and words when ``word_timestamps`` and the model has alignment
         heads (check :attr:`has_alignment_heads`). ``progress`` hears the windows decoded (on
         this thread): after each batch of chunked decoding, within Whisper's sequential loop as
-        it moves on (where generate reports it), and at the end."""
+        it moves on (where generate reports it), and at the end. ``record=False`` (the warm-up at
+        load): the decode's time is not given to :attr:`assist_policy` (give ``assisted`` as
+        true or false then: ``auto`` would still ask the policy); ``max_new_tokens``: at most this
+        many tokens per window (the warm-up's cap, below ``MAX_NEW_TOKENS``)."""
         import torch
 
         words_mode = word_timestamps and self.has_alignment_heads
@@ -325,6 +329,9 @@ class WhisperTranscriber:
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
+        if max_new_tokens is not None:
+            generate_kwargs["max_new_tokens"] = min(max_new_tokens,
+                                                    generate_kwargs.get("max_new_tokens", max_new_tokens))
         windows = None
         if progress is not None:
             windows = AsrWindows(self.window_count(len(audio), cfg, chunked), progress)
@@ -346,7 +353,7 @@ class WhisperTranscriber:
                 return_timestamps="word" if words_mode else True,
                 generate_kwargs=generate_kwargs,
             )
-        if eligible:
+        if eligible and record:
             self.assist_policy.record(assisted, seconds, time.perf_counter() - started)
         segments = out.get("segments") if words_mode else out.get("chunks")
         chunks = [_segment(c) for c in segments or []]

@@ -26,10 +26,13 @@ def free_port() -> int:
 
 def tiny_env(models: dict, **overrides: str) -> dict:
     """This process's environment with the settings of the tiny random models (``models``: what
-    :func:`speaker_asr.testing.tiny_models.build_all` returns), offline and without telemetry."""
+    :func:`speaker_asr.testing.tiny_models.build_all` returns), offline and without telemetry,
+    and without the warm-up at load (``WARMUP=false``: it costs the tiny models 3-4 s a load and
+    saves their first request little; ``WARMUP="true"`` in ``overrides`` turns it on)."""
     env = dict(os.environ)
     env.update(ASR_MODEL=str(models["whisper"]), ASSISTANT_MODEL=str(models["assistant"]),
                DIARIZATION_MODEL=str(models["pyannote"]), MAX_NEW_TOKENS=str(TINY_MAX_NEW_TOKENS),
+               WARMUP="false",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
                TOKENIZERS_PARALLELISM="false")
     env.update(overrides)

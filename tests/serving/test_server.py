@@ -31,7 +31,7 @@ import requests
 
 from helpers import (FAKE_TOKEN, HTTP, MAX_BODY, REQUEST_TIMEOUT_S, SEEN_RESPONSES,
                      ServerProcess, b64, check_error, encode, inprocess_server,
-                     parse_metrics, record, server_env, session, tone, wait_until)
+                     parse_metrics, record, server_env, session, tiny_settings, tone, wait_until)
 
 # every test here starts the server (or the command line) as a process
 pytestmark = pytest.mark.subprocess
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.subprocess
 def servers(tiny_models, tmp_path_factory):
     logs = tmp_path_factory.mktemp("server-logs")
     # both start at once: the broken one fails while the healthy one loads
-    main = ServerProcess("main", server_env(tiny_models), logs)
+    main = ServerProcess("main", server_env(tiny_models, WARMUP="true"), logs)
     broken = ServerProcess("broken", server_env(
         tiny_models, ASR_MODEL=f"/nonexistent/{FAKE_TOKEN}/whisper", ASSISTANT_MODEL="",
         DIARIZATION_MODEL=""), logs)
@@ -83,6 +83,9 @@ def test_health_is_503_while_loading_then_ok(servers):
     loading = [body for status, body in servers.main.health_log if status == 503]
     assert loading, "the server should answer (503) while the model loads"
     assert loading[0]["status"] == "loading" and "loading" in loading[0]["reason"]
+    # ready only once the models are warmed up (the handler's warm-up is part of its load)
+    log = servers.main.log()
+    assert 0 <= log.find("warm-up in") < log.find("model ready after"), log[-3000:]
     for path in ("/health", "/"):
         r = servers.main.get(path)
         assert r.status_code == 200 and r.json()["status"] == "ok"
@@ -538,6 +541,41 @@ def test_loading_states(monkeypatch):
         assert "OSError: 401 Client Error" in body["reason"]
         assert FAKE_TOKEN not in body["reason"] and "<redacted>" in body["reason"]
         assert HTTP.get(url + "/health").status_code == 503
+
+
+def test_health_is_not_ok_until_the_warm_up_ends(tiny_models, monkeypatch):
+    """The real handler on the tiny models, its warm-up held until the test lets it go: /health
+    answers 503 (loading) all that time, 200 after, and the warm-up's decodes left no timings
+    for assisted='auto'."""
+    from speaker_asr.endpoint import EndpointHandler
+    from speaker_asr.pipeline import Pipeline
+
+    monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
+    reached, release, done = threading.Event(), threading.Event(), threading.Event()
+    warm_up = Pipeline.warm_up
+
+    def held(self, *args, **kwargs):
+        reached.set()
+        assert release.wait(120), "the test never let the warm-up go"
+        try:
+            return warm_up(self, *args, **kwargs)
+        finally:
+            done.set()
+
+    monkeypatch.setattr(Pipeline, "warm_up", held)
+    with inprocess_server(lambda: EndpointHandler(settings=tiny_settings(tiny_models, warmup=True))
+                          ) as (url, app):
+        assert reached.wait(240), "the handler never reached its warm-up"
+        r = HTTP.get(url + "/health")  # the models are loaded, the warm-up has not run
+        assert r.status_code == 503 and r.json()["status"] == "loading", r.text
+        check_error(HTTP.post(url, data=encode(tone(1.0)), headers={"Content-Type": "audio/wav"}),
+                    503, "loading")
+        release.set()
+        wait_until(lambda: HTTP.get(url + "/health").status_code == 200, timeout=120)
+        assert done.is_set()
+        handler = app.state.runner.handler
+        assert set(handler.warmup) == {"plain", "assisted", "diarization"}
+        assert all(v["timings"] == 0 for v in handler.asr.assist_policy.snapshot().values())
 
 
 def test_audio_sniffing():
