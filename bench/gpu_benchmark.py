@@ -610,8 +610,8 @@ def timed_requests(handler, audio: bytes, params: dict, device, iters: int) -> d
         times.append(time.perf_counter() - started)
     times.sort()
     r = {"s": times[len(times) // 2], "runs_s": [round(t, 4) for t in times], "windows": windows[0],
-         "assisted": response.get("assisted"), "speakers": len({s.get("speaker") for s in
-                                                                 response.get("segments", [])} - {None})}
+         "assisted": response.get("assisted"),
+         "speakers": len({turn["speaker"] for turn in response.get("speakers", [])})}
     if device.type == "cuda":
         r["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return r
