@@ -110,7 +110,7 @@ class ModelSettings(BaseSettings):
     diarization_telemetry: bool = Field(
         False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
     warmup: bool = Field(
-        True, description="after loading, decode and diarize a second of made-up audio once (plain, "
+        True, description="after loading, decode and diarize 2 s of made-up audio once (plain, "
                           "and assisted when an assistant is loaded) so the first request does not "
                           "pay the libraries' lazy set-up (cuBLAS/cuDNN on a GPU); false starts "
                           "faster. Not counted by assisted='auto' or the metrics")

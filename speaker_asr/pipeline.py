@@ -35,8 +35,8 @@ logger = logging.getLogger("handler")
 # peak amplitude below which audio is digital silence (-80 dBFS)
 SILENCE_PEAK = 1e-4
 # the warm-up at load (Pipeline.warm_up, WARMUP): this much made-up audio, and at most this many
-# tokens decoded from it (whisper base wrote "Hmm hmm ..." up to its 448-token limit on it: 30 s
-# and more on a CPU, where the warm-up's point is the libraries' set-up, not the text)
+# tokens decoded from it (whisper base wrote "Hmm hmm ..." up to its 448-token limit on it, tens
+# of seconds on a CPU: the warm-up's point is the libraries' set-up, not the text)
 WARM_UP_SECONDS = 2.0
 WARM_UP_MAX_NEW_TOKENS = 16
 
@@ -100,9 +100,9 @@ class Pipeline:
         runs them, so that the libraries' lazy set-up (cuBLAS and cuDNN handles, kernel choice,
         the memory pool on a GPU) is paid at load instead of by the first request: one plain
         decode, one assisted decode when an assistant is loaded (word timestamps on, at most
-        :data:`WARM_UP_MAX_NEW_TOKENS` tokens, a request's defaults otherwise), then the diarization on the worker thread that requests use
-        (:func:`diarize_speakers`, through the patched pyannote pipeline). Seconds per part
-        (``plain``, ``assisted``, ``diarization``).
+        :data:`WARM_UP_MAX_NEW_TOKENS` tokens, a request's defaults otherwise), then the
+        diarization on the worker thread that requests use (:func:`diarize_speakers`, through the
+        patched pyannote pipeline). Seconds per part (``plain``, ``assisted``, ``diarization``).
 
         Nothing a request's statistics count sees it: the decodes are not timed for
         ``assisted="auto"`` (``record=False``), no progress is reported, and the server's metrics
