@@ -443,11 +443,12 @@ def test_after_a_give_up_nothing_new_is_sent_until_one_in_flight_gets_through(tm
 def test_leaving_a_run_early_does_not_wait_for_the_recordings_in_flight(tmp_path):
     """A caller that stops iterating (a second Ctrl-C) gets control back at once: b is still
     held by the engine when the loop is left, and its answer is dropped (nothing written)."""
-    release = threading.Event()
+    release, b_started = threading.Event(), threading.Event()
 
     class Engine(FakeEngine):
         def respond(self, audio, parameters, source, stop):
             if source.name == "b.wav":
+                b_started.set()
                 release.wait(60)
             return super().respond(audio, parameters, source, stop)
 
@@ -457,6 +458,9 @@ def test_leaving_a_run_early_does_not_wait_for_the_recordings_in_flight(tmp_path
     try:
         for result in run:
             assert (result.job.source.name, result.status) == ("a.wav", "done")
+            # on a busy machine b's thread may not have picked it up yet: leaving now would
+            # cancel it before it started, which is not what this test is about
+            assert b_started.wait(30)
             break
         assert run.busy  # b is still being transcribed, and the loop is over
     finally:
