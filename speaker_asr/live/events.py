@@ -6,7 +6,7 @@ Field names and shapes are the official ``openai`` SDK's (``openai.types.realtim
 against openai 3.57: ``RealtimeTranscriptionSessionCreateRequest``, ``SessionUpdateEvent``, the
 ``InputAudioBuffer*`` and ``ConversationItemInputAudioTranscription*`` events,
 ``RealtimeErrorEvent``) so that the SDK's own client reads every server event into its types;
-tests/live/test_events.py checks each one with the SDK's pydantic models. The wording of errors
+tests/live/test_live_events.py checks each one with the SDK's pydantic models. The wording of errors
 follows what OpenAI's server answers (``Invalid value: 'x'. Supported values are: ...``,
 ``param`` as a dotted path such as ``session.audio.input.format.type``, the client's
 ``event_id`` echoed in ``error.event_id``).
@@ -56,7 +56,7 @@ import typing
 from typing import Any, Literal, Mapping, Optional, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+                      model_serializer, model_validator)
 
 from speaker_asr.config import (MAX_PROMPT_CHARS, InferenceConfig, ModelCapabilities,
                                 describe_validation_error)
@@ -128,6 +128,13 @@ class _Invalid(ValueError):
         self.param = param
 
 
+def _without_none(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """A field written only when it has a value (pydantic >= 2.7: no ``exclude_if``)."""
+    if data.get(name, 0) is None:
+        del data[name]
+    return data
+
+
 class _Model(BaseModel):
     # strict: 1 is not true, "2" is not 2; unknown names are errors, as OpenAI's server answers
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -141,7 +148,11 @@ class AudioFormat(_Model):
     only for audio/pcm (the SDK's G.711 formats have none)."""
 
     type: str = "audio/pcm"
-    rate: Optional[int] = Field(None, exclude_if=lambda v: v is None)
+    rate: Optional[int] = None
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler) -> dict[str, Any]:
+        return _without_none(handler(self), "rate")
 
     @model_validator(mode="before")
     @classmethod
@@ -726,7 +737,11 @@ class TranscriptionSegment(_ServerEvent):
     end: float
     text: str
     speaker: str
-    words: Optional[list[SegmentWord]] = Field(None, exclude_if=lambda v: v is None)
+    words: Optional[list[SegmentWord]] = None
+
+    @model_serializer(mode="wrap")
+    def _written(self, handler) -> dict[str, Any]:
+        return _without_none(handler(self), "words")
 
 
 class RealtimeError(BaseModel):
