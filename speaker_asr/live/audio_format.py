@@ -36,12 +36,9 @@ import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.errors import RequestError
+from speaker_asr.live.events import AUDIO_FORMAT_TYPES, G711_RATE, MAX_APPEND_BYTES, PCM_RATES
 
-# OpenAI's limit on one append event's audio (bytes, decoded)
-MAX_FRAME_BYTES = 15 * 1024 * 1024
-PCM_TYPE, MULAW_TYPE, ALAW_TYPE = "audio/pcm", "audio/pcmu", "audio/pcma"
-PCM_RATES = (24_000, 16_000)
-G711_RATE = 8_000
+PCM_TYPE, MULAW_TYPE, ALAW_TYPE = AUDIO_FORMAT_TYPES
 
 
 class AudioFormatError(RequestError):
@@ -54,10 +51,10 @@ class AudioFormatError(RequestError):
 
 def frame_bytes(audio: str) -> bytes:
     """An append event's ``audio`` -> its bytes. Raises :class:`AudioFormatError` for text that
-    is not base64 (standard alphabet, padded) or a frame over :data:`MAX_FRAME_BYTES`."""
-    if len(audio) > math.ceil(MAX_FRAME_BYTES / 3) * 4:
+    is not base64 (standard alphabet, padded) or a frame over :data:`MAX_APPEND_BYTES`."""
+    if len(audio) > math.ceil(MAX_APPEND_BYTES / 3) * 4:
         raise AudioFormatError(f"The audio frame is too large ({len(audio)} base64 characters): send at "
-                               f"most {MAX_FRAME_BYTES // (1024 * 1024)} MiB of audio per "
+                               f"most {MAX_APPEND_BYTES // (1024 * 1024)} MiB of audio per "
                                "input_audio_buffer.append, in smaller frames.")
     try:
         return base64.b64decode(audio, validate=True)

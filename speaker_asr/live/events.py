@@ -60,12 +60,13 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from speaker_asr.config import (MAX_PROMPT_CHARS, InferenceConfig, ModelCapabilities,
                                 describe_validation_error)
+from speaker_asr.errors import RequestError
 from speaker_asr.speaker_names import MAX_SPEAKERS
 
 # -- vocabulary ------------------------------------------------------------------------------
 
 PCM_RATE = 24_000  # the protocol's audio/pcm rate
-PCM_RATES = (24_000, 16_000)  # 16000: this server's extension (Whisper's rate)
+PCM_RATES = (PCM_RATE, 16_000)  # 16000: this server's extension (Whisper's rate)
 G711_RATE = 8_000  # audio/pcmu and audio/pcma
 AUDIO_FORMAT_TYPES = ("audio/pcm", "audio/pcmu", "audio/pcma")
 ALLOWED_FORMATS = ("audio/pcm (16-bit little-endian mono PCM; rate 24000, or 16000 on this server), "
@@ -113,6 +114,12 @@ class ProtocolError(Exception):
                  event_id: Optional[str] = None, type: str = INVALID_REQUEST):
         super().__init__(message)
         self.message, self.param, self.code, self.event_id, self.type = message, param, code, event_id, type
+
+    @classmethod
+    def from_request_error(cls, error: RequestError, event_id: Optional[str] = None) -> "ProtocolError":
+        """The client's mistake found past parsing (a bad audio frame:
+        :class:`speaker_asr.live.audio_format.AudioFormatError`) as an error event's fields."""
+        return cls(str(error), param=error.param, code=error.code or "invalid_value", event_id=event_id)
 
     def event(self) -> "ErrorEvent":
         return ErrorEvent(error=RealtimeError(type=self.type, code=self.code, message=self.message,

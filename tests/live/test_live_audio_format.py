@@ -11,9 +11,9 @@ import pytest
 from scipy.signal import resample_poly
 
 from speaker_asr.errors import RequestError
-from speaker_asr.live.audio_format import (ALAW, MAX_FRAME_BYTES, MULAW, AudioFormatError, FrameDecoder,
-                                           StreamResampler, frame_bytes, samples)
-from speaker_asr.live.events import AudioFormat
+from speaker_asr.live.audio_format import (ALAW, MULAW, AudioFormatError, FrameDecoder, StreamResampler,
+                                           frame_bytes, samples)
+from speaker_asr.live.events import MAX_APPEND_BYTES, AudioFormat, ProtocolError
 
 
 def b64(raw: bytes) -> str:
@@ -77,10 +77,19 @@ def test_bad_frames_say_what_is_expected():
     with pytest.raises(AudioFormatError, match=r"2 bytes each, but this frame has 3 bytes \(an odd count\)"):
         samples(b"\x00\x01\x02", "audio/pcm")
     with pytest.raises(AudioFormatError, match="too large.*at most 15 MiB"):
-        frame_bytes("A" * (MAX_FRAME_BYTES // 3 * 4 + 8))
+        frame_bytes("A" * (MAX_APPEND_BYTES // 3 * 4 + 8))
     assert frame_bytes("") == b""
     # G.711 is one byte per sample: any count is whole samples
     assert samples(b"\x00\x01\x02", "audio/pcmu").size == 3
+
+
+def test_a_bad_frame_becomes_an_error_event_for_the_append_that_sent_it():
+    with pytest.raises(AudioFormatError) as caught:
+        FrameDecoder("audio/pcm").decode(b64(b"\x00\x01\x02"))
+    error = ProtocolError.from_request_error(caught.value, event_id="a9").event().to_json()["error"]
+    assert error == {"type": "invalid_request_error", "code": "invalid_value", "param": "audio",
+                     "event_id": "a9", "message": "audio/pcm is 16-bit samples, 2 bytes each, but this "
+                                                  "frame has 3 bytes (an odd count): send whole samples."}
 
 
 def test_a_bad_frame_leaves_the_stream_as_it_was():
