@@ -160,6 +160,13 @@ DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 # ninth request would wait for eight transcriptions first (minutes for long audio), longer than
 # most clients' timeouts
 DEFAULT_MAX_QUEUE = 8
+# live sessions at once: each shares the one model thread with the others and the file requests
+# (a second of speech costs tiny.en about 0.1-0.2 s of CPU to decode, re-decoded about once a
+# second while it grows), so a few per CPU model
+DEFAULT_MAX_SESSIONS = 4
+DEFAULT_LIVE_MAX_SESSION_S = 3600  # OpenAI's Realtime sessions last 60 minutes at most
+# one append's audio: 1 MiB is 21 s of 24 kHz PCM (clients send 20-100 ms); OpenAI allows 15 MiB
+DEFAULT_LIVE_MAX_FRAME_BYTES = 1024 * 1024
 MIN_API_KEY_CHARS = 16
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
@@ -181,6 +188,15 @@ class ServerSettings(BaseSettings):
                            description="requests that may wait for the model beside the one it runs")
     api_key: Optional[SecretStr] = Field(
         None, description="when set, every route but /health needs 'Authorization: Bearer <key>'")
+    max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=0, le=1000,
+                              description="live sessions (/v1/realtime) open at once; one more is "
+                                          "refused with an error event")
+    live_max_session_s: int = Field(DEFAULT_LIVE_MAX_SESSION_S, ge=1, le=7 * 24 * 3600,
+                                    description="seconds a live session may last before it is closed "
+                                                "(an error event with code session_expired)")
+    live_max_frame_bytes: int = Field(DEFAULT_LIVE_MAX_FRAME_BYTES, ge=1024, le=15 * 1024 * 1024,
+                                      description="largest audio of one input_audio_buffer.append, "
+                                                  "in bytes (before base64)")
     log_level: Literal[LOG_LEVELS] = Field("info", description="'debug' also logs health checks")
 
     @field_validator("host", mode="before")
@@ -188,7 +204,8 @@ class ServerSettings(BaseSettings):
     def _host(cls, v):
         return v.strip() if isinstance(v, str) else v
 
-    @field_validator("port", "max_body_bytes", "max_queue", mode="before")
+    @field_validator("port", "max_body_bytes", "max_queue", "max_sessions", "live_max_session_s",
+                     "live_max_frame_bytes", mode="before")
     @classmethod
     def _whole_number(cls, v):
         # 100_000_000 reads as written; anything but digits is refused by the int field

@@ -62,6 +62,7 @@ from speaker_asr.serving.metrics import Metrics
 from speaker_asr.serving.negotiation import HttpError, read_request
 from speaker_asr.serving.request_path import (ErrorBody, PreparedCall, RequestPath,
                                               exception_handlers, request_info)
+from speaker_asr.serving.realtime import RealtimeRoute
 from speaker_asr.serving.runner import ModelRunner
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (HF_MODEL_DIR by default)
@@ -298,8 +299,10 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=plain_error_body)],
         exception_handlers=exception_handlers(plain_error_body),
     )
+    realtime = RealtimeRoute(runner, key, settings.max_sessions, settings.live_max_session_s,
+                             settings.live_max_frame_bytes)
     v1 = Starlette(
-        routes=openai_api.OpenAIRoutes(path, keepalive_s).routes(),
+        routes=openai_api.OpenAIRoutes(path, keepalive_s).routes() + realtime.routes(),
         middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=openai_api.error_body)],
         exception_handlers=exception_handlers(openai_api.error_body),
     )
@@ -313,7 +316,15 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     app.state.settings = settings
     app.state.max_body_bytes = limit
     app.state.max_queue = queue_limit
+    app.state.realtime = realtime
     return app
+
+
+def ws_max_size(settings: ServerSettings) -> int:
+    """The largest WebSocket message uvicorn takes: one append of ``LIVE_MAX_FRAME_BYTES`` in
+    base64, with room for the event around it (a larger message is closed with 1009 by the
+    transport; one a little over the frame limit gets the session's error event)."""
+    return -(-settings.live_max_frame_bytes // 3) * 4 + 64 * 1024
 
 
 def serve(host: Optional[str] = None, port: Optional[int] = None) -> None:
@@ -327,7 +338,7 @@ def serve(host: Optional[str] = None, port: Optional[int] = None) -> None:
     app = create_app(settings=settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
                             access_log=False, log_level=settings.log_level, lifespan="on",
-                            server_header=False)
+                            server_header=False, ws_max_size=ws_max_size(settings))
     uvicorn.Server(config).run()
 
 

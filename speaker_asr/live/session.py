@@ -1,0 +1,548 @@
+"""One live transcription session (OpenAI's Realtime protocol, ``intent=transcription``): the
+client's events in, the server's events out. The WebSocket route
+(speaker_asr/serving/realtime.py) accepts the connection and feeds every text message to
+:meth:`LiveSession.handle`; everything else is here.
+
+The audio
+    Appended frames are decoded to 16 kHz (:class:`~speaker_asr.live.audio_format.FrameDecoder`)
+    onto the session's *audio clock* (samples since the session began; every ``*_ms`` and every
+    segment time is on it). The session holds only the *buffer*: the audio not yet committed.
+
+Turns
+    * ``turn_detection: null``: the client commits (``input_audio_buffer.commit``).
+    * ``server_vad``: silero-vad (:mod:`.vad`) on every 32 ms window as it arrives. While no one
+      speaks the buffer keeps only ``prefix_padding_ms``; speech opens an item
+      (``speech_started``, ``audio_start_ms`` including the padding), and ``silence_duration_ms``
+      of silence closes it (``speech_stopped`` at the end of the last speech window, then
+      ``committed``; the item's audio runs to the stop point plus ``silence_duration_ms``
+      at most, the silence heard).
+
+Bounds (each documented in docs/serving.md, "Live")
+    * An item is at most :data:`MAX_ITEM_S` (30 s: Whisper's window, what it sees at once). With
+      server VAD an utterance that reaches it is committed there and a new item opens at once
+      (``speech_stopped`` + ``committed`` + ``speech_started``, the same speech going on). With
+      manual commits an append that would take the buffer past it is refused (an ``error``,
+      code ``input_audio_buffer_full``) and its audio dropped: commit first.
+    * Committed items wait for the model in a queue of at most :data:`MAX_PENDING_ITEMS`; while it
+      is full the session stops reading the client's messages (:meth:`LiveSession.room`), so
+      audio sent faster than the model transcribes it waits in the client's socket (TCP
+      backpressure) instead of in this process's memory. A real-time client never meets this
+      unless the model cannot keep up; its items are then late, never lost.
+    * Frames: at most ``max_frame_bytes`` of base64 per append (``LIVE_MAX_FRAME_BYTES``), larger
+      ones refused with an ``error``.
+
+Decoding (on the server's one model thread, :class:`LiveEngine`; never two model calls at once)
+    * While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
+      :data:`PARTIAL_INTERVAL_S` seconds of new audio, skipped when the model is busy with
+      anything else (another session's item, a file request) or this session's previous partial;
+      each decode feeds :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed
+      words go out as ``delta`` events.
+    * At commit: the item's full decode (with word times where the model has alignment heads)
+      -> the last ``delta`` and ``completed``; then, with ``speaker_labels`` and a diarization
+      pipeline loaded, the item's voice (the pipeline's embedding model, as known speakers' clips
+      are embedded) -> :class:`~speaker_asr.live.speakers.OnlineSpeakers` -> one ``segment`` event
+      with the ``speaker`` (``start``/``end`` on the audio clock). Items complete in order.
+    * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
+      it (no internals; the traceback goes to the log); the session goes on. A failed partial
+      decode is logged and skipped.
+
+Faults: a message that is not an event, bad base64, a bad frame or an unknown event get an
+``error`` event and the session goes on. :meth:`LiveSession.close` (the client left, or the
+session ends) cancels what is pending: queued model calls are dropped before they run, nothing is
+kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Optional
+
+import numpy as np
+
+from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.config import InferenceConfig
+from speaker_asr.errors import RequestError
+from speaker_asr.live.agreement import LocalAgreement
+from speaker_asr.live.audio_format import AudioFormatError, FrameDecoder
+from speaker_asr.live.events import (Cleared, Committed, DurationUsage, FailureDetail,
+                                     InputAudioBufferAppend, InputAudioBufferClear,
+                                     InputAudioBufferCommit, ProtocolError, SegmentWord, SessionCreated,
+                                     SessionUpdate, SessionUpdated, SpeechStarted, SpeechStopped,
+                                     TranscriptionCompleted, TranscriptionDelta, TranscriptionFailed,
+                                     TranscriptionSegment, TranscriptionSession, commit_empty_error,
+                                     new_id, parse_client_event)
+from speaker_asr.live.speakers import OnlineSpeakers
+from speaker_asr.live.vad import TurnDetector
+from speaker_asr.types import Word
+
+logger = logging.getLogger("server")
+
+MAX_ITEM_S = 30.0  # Whisper's window: an item's most audio
+MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
+PARTIAL_INTERVAL_S = 1.0  # new audio between two partial decodes of a growing item
+MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
+MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
+DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
+
+
+@dataclass
+class Decoded:
+    """A decode of an item's audio: its text and words (times from the item's start; words
+    without times when the model has no alignment heads)."""
+
+    text: str
+    words: list[Word]
+
+
+@dataclass
+class FinalResult:
+    decoded: Decoded
+    embedding: Optional[np.ndarray] = None
+
+
+class LiveEngine:
+    """The model side of the live sessions: every call runs on the server's model thread through
+    the runner (:class:`speaker_asr.serving.runner.ModelRunner`), one at a time with the file
+    requests. ``handler``: the loaded :class:`~speaker_asr.endpoint.EndpointHandler` (its
+    ``asr``, ``voices``, ``capabilities``, ``settings``)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    @property
+    def handler(self):
+        return self.runner.handler
+
+    @property
+    def capabilities(self):
+        return getattr(self.handler, "capabilities", None)
+
+    @property
+    def has_voices(self) -> bool:
+        return getattr(self.handler, "voices", None) is not None
+
+    @property
+    def model_name(self) -> Optional[str]:
+        settings = getattr(self.handler, "settings", None)
+        return getattr(settings, "asr_model", None)
+
+    @property
+    def match_threshold(self) -> float:
+        settings = getattr(self.handler, "settings", None)
+        value = getattr(settings, "speaker_match_threshold", None)
+        return float(value) if isinstance(value, (int, float)) else DEFAULT_MATCH_THRESHOLD
+
+    def busy(self) -> bool:
+        waiting, running = self.runner.counts()
+        return waiting + running > 0
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
+        job = self.runner.submit(None, lambda data, progress=None: fn())
+        try:
+            return await asyncio.shield(asyncio.wrap_future(job.future))
+        except asyncio.CancelledError:
+            self.runner.drop(job)
+            raise
+
+    # -- on the model thread ----------------------------------------------------------------
+
+    def decode(self, audio: np.ndarray, config: InferenceConfig) -> Decoded:
+        asr = self.handler.asr
+        words_mode = bool(getattr(asr, "has_alignment_heads", False))
+        transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False)
+        text = (transcript.text or "").strip()
+        words = [w for w in (transcript.words or []) if w.text.strip()]
+        if not words and text:  # no alignment heads: the words without times
+            words = [Word(" " + part, None, None) for part in text.split()]
+        return Decoded(text, words)
+
+    def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
+        from speaker_asr.diarization.embeddings import embed_clip
+
+        return embed_clip(self.handler.voices.model, audio)
+
+    def reference(self, index: int, name: str, ref) -> np.ndarray:
+        return self.handler.voices.reference(index, name, ref)
+
+
+@dataclass
+class Item:
+    """A committed (or growing) utterance."""
+
+    id: str
+    start: int  # audio clock sample of its first sample
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    partial_at: int = 0  # samples it had at its last partial decode
+
+
+class LiveSession:
+    """One WebSocket session. ``send``: an async function taking a server event. ``engine``:
+    :class:`LiveEngine` (or a stand-in with the same methods). ``vad_factory``: a new
+    :class:`~speaker_asr.live.vad.SileroVad`-like object (``probabilities``, ``reset``) for a
+    session that turns server VAD on."""
+
+    def __init__(self, send: Callable[[Any], Awaitable[None]], engine, vad_factory: Callable[[], Any],
+                 max_frame_chars: int = 1 << 20):
+        self.send = send
+        self.engine = engine
+        self.vad_factory = vad_factory
+        self.max_frame_chars = max_frame_chars
+        self.session = TranscriptionSession.new(engine.model_name)
+        self.decoder = FrameDecoder.for_format(self.session.format)
+        self.config = self._config(self.session)
+        self.clock = 0  # samples appended since the session began (16 kHz)
+        self.buffer = np.zeros(0, dtype=np.float32)
+        self.buffer_start = 0  # clock sample of self.buffer[0]
+        self.vad = None
+        self.detector: Optional[TurnDetector] = None
+        self.item: Optional[Item] = None  # the item being spoken (server VAD)
+        self.previous_item_id: Optional[str] = None
+        self.speakers: Optional[OnlineSpeakers] = None
+        self.known: dict[str, np.ndarray] = {}
+        self.segments = 0
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.pending = 0  # committed items not yet completed
+        self._room = asyncio.Event()
+        self._room.set()
+        self._partial: Optional[asyncio.Task] = None
+        self._worker: Optional[asyncio.Task] = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._worker = asyncio.ensure_future(self._work())
+        await self._setup_vad()
+        await self.send(SessionCreated(session=self.session))
+
+    async def close(self) -> None:
+        """Everything pending is cancelled (queued model calls dropped)."""
+        for task in (self._partial, self._worker):
+            if task is not None and not task.done():
+                task.cancel()
+        for task in (self._partial, self._worker):
+            if task is not None:
+                try:
+                    await task
+                except BaseException:
+                    pass
+        self.buffer = np.zeros(0, dtype=np.float32)
+        while not self.queue.empty():
+            self.queue.get_nowait()
+
+    async def room(self) -> None:
+        """Wait until the committed items' queue has room (see the module's docstring)."""
+        await self._room.wait()
+
+    async def drain(self) -> None:
+        """Wait until every committed item is done (tests, a client that commits and waits)."""
+        await self.queue.join()
+
+    # -- client events -----------------------------------------------------------------------
+
+    async def handle(self, message) -> None:
+        """One client message; a bad one is answered with an ``error`` event."""
+        try:
+            event = parse_client_event(message)
+            if isinstance(event, InputAudioBufferAppend):
+                await self._append(event)
+            elif isinstance(event, InputAudioBufferCommit):
+                await self._commit_manual(event.event_id)
+            elif isinstance(event, InputAudioBufferClear):
+                await self._clear()
+            elif isinstance(event, SessionUpdate):
+                await self._update(event)
+        except ProtocolError as exc:
+            await self.send(exc.event())
+
+    async def _update(self, event: SessionUpdate) -> None:
+        session = self.session.apply(event.session, event.event_id)
+        try:
+            config = self._config(session)
+        except RequestError as exc:
+            param = {"language": "session.audio.input.transcription.language",
+                     "prompt": "session.audio.input.transcription.prompt"}.get(exc.param or "", exc.param)
+            raise ProtocolError(str(exc), param=param, event_id=event.event_id) from None
+        options = session.speaker_asr
+        known = self.known
+        if "known_speaker_names" in _given(event.session.speaker_asr):
+            known = await self._known(options, event.event_id)
+        if self.speakers is not None:
+            for name, vector in known.items():
+                if name not in self.known:
+                    try:
+                        self.speakers.add_known(name, vector)
+                    except ValueError as exc:
+                        raise ProtocolError(str(exc), param="session.speaker_asr.known_speaker_names",
+                                            event_id=event.event_id) from None
+            self.speakers.threshold = self._threshold(options)
+            self.speakers.max_speakers = options.max_speakers
+        self.known = known
+        if session.format != self.session.format:
+            self.decoder = FrameDecoder.for_format(session.format)
+        vad_changed = session.turn_detection != self.session.turn_detection
+        self.session, self.config = session, config
+        if vad_changed:
+            await self._setup_vad()
+        await self.send(SessionUpdated(session=self.session))
+
+    def _config(self, session: TranscriptionSession) -> InferenceConfig:
+        t = session.audio.input.transcription
+        params: dict[str, Any] = {"assisted": False}
+        if t.language:
+            params["language"] = t.language
+        if t.prompt:
+            params["prompt"] = t.prompt
+        caps = self.engine.capabilities
+        if caps is None:
+            from speaker_asr.config import ModelCapabilities
+
+            caps = ModelCapabilities()
+        return InferenceConfig.from_request(params, caps)
+
+    async def _known(self, options, event_id: Optional[str]) -> dict[str, np.ndarray]:
+        names, refs = options.known_speaker_names, options.known_speaker_references
+        if not names:
+            return {}
+        if not self.engine.has_voices:
+            raise ProtocolError("known speakers need the diarization pipeline's voice model, and "
+                                "this server has none loaded", param="session.speaker_asr.known_speaker_names",
+                                event_id=event_id)
+
+        def embed_all():
+            return {name: self.engine.reference(i, name, ref) for i, (name, ref) in enumerate(zip(names, refs))}
+        try:
+            return await self.engine.run(embed_all)
+        except RequestError as exc:
+            raise ProtocolError(str(exc), param="session.speaker_asr.known_speaker_references",
+                                event_id=event_id) from None
+
+    def _threshold(self, options) -> float:
+        return options.speaker_match_threshold if options.speaker_match_threshold is not None \
+            else self.engine.match_threshold
+
+    async def _setup_vad(self) -> None:
+        vad = self.session.turn_detection
+        if vad is None:
+            self.detector = None
+            if self.item is not None:  # turning VAD off mid-speech: the audio stays in the buffer
+                self.item = None
+            return
+        if self.vad is None:
+            self.vad = await asyncio.to_thread(self.vad_factory)
+        self.vad.reset(self.clock)
+        self.detector = TurnDetector(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms)
+
+    # -- audio -------------------------------------------------------------------------------
+
+    async def _append(self, event: InputAudioBufferAppend) -> None:
+        if len(event.audio) > self.max_frame_chars:
+            raise ProtocolError(f"The audio frame is too large ({len(event.audio)} base64 characters; "
+                                f"this server takes at most {self.max_frame_chars} per "
+                                "input_audio_buffer.append, LIVE_MAX_FRAME_BYTES): send smaller frames "
+                                "(20-100 ms each is usual).", param="audio", code="invalid_value",
+                                event_id=event.event_id)
+        try:
+            samples = self.decoder.decode(event.audio)
+        except AudioFormatError as exc:
+            raise ProtocolError.from_request_error(exc, event.event_id) from None
+        if self.detector is None and len(self.buffer) + len(samples) > MAX_ITEM_S * SAMPLE_RATE:
+            raise ProtocolError(f"The input audio buffer is full: it holds {len(self.buffer) / SAMPLE_RATE:.2f} s "
+                                f"and an item is at most {MAX_ITEM_S:g} s (what Whisper sees at once). "
+                                "Commit the buffer (input_audio_buffer.commit) before appending more; "
+                                "this frame was dropped.", param="audio", code="input_audio_buffer_full",
+                                event_id=event.event_id)
+        if not len(samples):
+            return
+        self.buffer = np.concatenate([self.buffer, samples])
+        self.clock += len(samples)
+        if self.detector is not None:
+            await self._vad(samples)
+
+    async def _vad(self, samples: np.ndarray) -> None:
+        probs, first = self.vad.probabilities(samples)
+        for turn in self.detector.push(probs, first):
+            if turn.kind == "start":
+                start = max(turn.sample, self.buffer_start)
+                self._trim(start)
+                self.item = Item(new_id("item"), start)
+                await self.send(SpeechStarted(audio_start_ms=_ms(start), item_id=self.item.id))
+            elif self.item is not None:
+                item = self.item
+                await self.send(SpeechStopped(audio_end_ms=_ms(turn.sample), item_id=item.id))
+                await self._commit(item, self.clock)
+        if self.item is None:  # silence: keep the prefix padding only
+            keep = self.detector.prefix + 2 * len(samples)
+            self._trim(max(self.buffer_start, self.clock - keep))
+        else:
+            item = self.item
+            if self.clock - item.start >= MAX_ITEM_S * SAMPLE_RATE:  # the longest item: split here
+                await self.send(SpeechStopped(audio_end_ms=_ms(self.clock), item_id=item.id))
+                await self._commit(item, self.clock)
+                self.item = Item(new_id("item"), self.clock)
+                await self.send(SpeechStarted(audio_start_ms=_ms(self.clock), item_id=self.item.id))
+            else:
+                self._maybe_partial(item)
+
+    def _trim(self, start: int) -> None:
+        """Drop the buffer's audio before clock sample ``start``."""
+        if start > self.buffer_start:
+            self.buffer = self.buffer[start - self.buffer_start:].copy()
+            self.buffer_start = start
+
+    def _audio(self, start: int, end: int) -> np.ndarray:
+        return self.buffer[max(0, start - self.buffer_start):max(0, end - self.buffer_start)]
+
+    async def _commit_manual(self, event_id: Optional[str]) -> None:
+        if self.item is not None:  # server VAD mid-speech: the client commits what is there
+            item = self.item
+            await self._commit(item, self.clock, event_id)
+            return
+        held_ms = len(self.buffer) * 1000.0 / SAMPLE_RATE
+        if held_ms < MIN_COMMIT_MS:
+            await self.send(commit_empty_error(held_ms, event_id))
+            return
+        await self._commit(Item(new_id("item"), self.buffer_start), self.clock, event_id)
+
+    async def _commit(self, item: Item, end: int, event_id: Optional[str] = None) -> None:
+        audio = self._audio(item.start, end).copy()
+        if len(audio) * 1000.0 / SAMPLE_RATE < MIN_COMMIT_MS:
+            if event_id is not None:
+                await self.send(commit_empty_error(len(audio) * 1000.0 / SAMPLE_RATE, event_id))
+            self.item = None
+            return
+        self._trim(end)
+        self.item = None
+        await self.send(Committed(item_id=item.id, previous_item_id=self.previous_item_id))
+        self.previous_item_id = item.id
+        self.pending += 1
+        if self.pending >= MAX_PENDING_ITEMS:
+            self._room.clear()
+        self.queue.put_nowait((item, audio))
+
+    async def _clear(self) -> None:
+        self.decoder.flush()
+        self.buffer = np.zeros(0, dtype=np.float32)
+        self.buffer_start = self.clock
+        self.item = None
+        if self.detector is not None:
+            self.detector.reset()
+            self.vad.reset(self.clock)
+        await self.send(Cleared())
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    def _maybe_partial(self, item: Item) -> None:
+        grown = self.clock - item.start
+        if grown < MIN_PARTIAL_S * SAMPLE_RATE or grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE:
+            return
+        if (self._partial is not None and not self._partial.done()) or self.engine.busy():
+            return
+        item.partial_at = grown
+        audio = self._audio(max(item.start, self.clock - int(MAX_ITEM_S * SAMPLE_RATE)), self.clock).copy()
+        self._partial = asyncio.ensure_future(self._run_partial(item, audio))
+
+    async def _run_partial(self, item: Item, audio: np.ndarray) -> None:
+        config = self.config
+        try:
+            decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.warning("a partial decode failed (skipped)", exc_info=True)
+            return
+        if self.item is not item:  # committed meanwhile: its final decode closes it
+            return
+        delta = item.agreement.update(decoded.words)
+        if delta:
+            await self.send(TranscriptionDelta(item_id=item.id, delta=delta.text))
+
+    async def _work(self) -> None:
+        """Committed items, in order: final decode, voice -> delta, completed, segment."""
+        while True:
+            item, audio = await self.queue.get()
+            try:
+                if self._partial is not None and not self._partial.done():
+                    try:  # its delta goes out before the item's completion
+                        await asyncio.shield(self._partial)
+                    except Exception:
+                        pass
+                await self._finish(item, audio)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a send that failed: the connection is going
+                logger.debug("live item not finished", exc_info=True)
+            finally:
+                del audio
+                self.pending -= 1
+                if self.pending < MAX_PENDING_ITEMS:
+                    self._room.set()
+                self.queue.task_done()
+
+    async def _finish(self, item: Item, audio: np.ndarray) -> None:
+        config, options = self.config, self.session.speaker_asr
+        labels = options.speaker_labels and self.engine.has_voices
+        seconds = len(audio) / SAMPLE_RATE
+
+        speakers = self._speakers(options) if labels else None
+        # a stretch too short to be decided by voice takes the previous speaker; the session's
+        # first one is embedded all the same (someone must open the first label)
+        voice = speakers is not None and (speakers.needs_embedding(seconds) or not speakers.labels)
+
+        def final() -> FinalResult:
+            decoded = self.engine.decode(audio, config)
+            embedding = self.engine.embed(audio) if voice and decoded.text else None
+            return FinalResult(decoded, embedding)
+
+        try:
+            result: FinalResult = await self.engine.run(final)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.error("live transcription of %s failed", item.id, exc_info=exc)
+            await self.send(TranscriptionFailed(item_id=item.id, error=FailureDetail(
+                type="server_error", code=None,
+                message="The server had an error while transcribing this item.")))
+            return
+        finish = item.agreement.finish(result.decoded.words)
+        if finish.delta:
+            await self.send(TranscriptionDelta(item_id=item.id, delta=finish.delta))
+        transcript = result.decoded.text if not result.decoded.words else finish.transcript
+        await self.send(TranscriptionCompleted(item_id=item.id, transcript=transcript,
+                                               usage=DurationUsage(seconds=round(seconds, 3))))
+        if speakers is not None and transcript:
+            duration = seconds if speakers.labels else max(seconds, speakers.min_duration_s)
+            assignment = speakers.assign(result.embedding, duration)
+            if assignment.speaker is not None:  # None: no voice vector before anyone was heard
+                await self.send(self._segment(item, result.decoded, transcript, seconds,
+                                              assignment.speaker, options))
+
+    def _speakers(self, options) -> OnlineSpeakers:
+        if self.speakers is None:
+            self.speakers = OnlineSpeakers(self._threshold(options), options.max_speakers, known=self.known)
+        return self.speakers
+
+    def _segment(self, item: Item, decoded: Decoded, transcript: str, seconds: float, speaker: str,
+                 options) -> TranscriptionSegment:
+        origin = item.start / SAMPLE_RATE
+        timed = [w for w in decoded.words if w.start is not None and w.end is not None]
+        start = origin + (timed[0].start if timed else 0.0)
+        end = origin + (timed[-1].end if timed else seconds)
+        words = None
+        if options.return_word_timestamps:
+            words = [SegmentWord(word=w.text.strip(), start=round(origin + w.start, 3),
+                                 end=round(origin + w.end, 3)) for w in timed]
+        self.segments += 1
+        return TranscriptionSegment(item_id=item.id, id=f"seg_{self.segments - 1}", start=round(start, 3),
+                                    end=round(max(start, end), 3), text=transcript, speaker=speaker,
+                                    words=words)
+
+
+def _ms(sample: int) -> int:
+    return int(round(sample * 1000 / SAMPLE_RATE))
+
+
+def _given(update) -> set:
+    return set(update.model_fields_set) if update is not None else set()

@@ -1,0 +1,154 @@
+"""``/v1/realtime?intent=transcription``: live transcription with speakers over OpenAI's Realtime
+protocol (a WebSocket; the session itself is :class:`speaker_asr.live.session.LiveSession`).
+
+The connection is accepted first (echoing the ``realtime`` subprotocol when the client offers it,
+as OpenAI does), so that a refusal can say why in OpenAI's ``error`` event before the close:
+
+* ``API_KEY`` set: the key comes in ``Authorization: Bearer <key>`` (the SDK's way) or in the
+  ``openai-insecure-api-key.<key>`` subprotocol (browsers cannot set headers); a missing or
+  wrong one: ``error`` (code ``missing_api_key`` / ``invalid_api_key``), close 1008;
+* an ``intent`` other than ``transcription``: ``error`` (code ``invalid_intent``), close 1008
+  (this server makes no model responses, only transcripts);
+* the model not loaded yet (or failed): ``error`` (code ``model_not_ready``), close 1013;
+* ``MAX_SESSIONS`` sessions open already: ``error`` (code ``session_limit_reached``), close 1013;
+  the open sessions go on.
+
+Then ``session.created``, and every message goes to the session; a session that reaches
+``LIVE_MAX_SESSION_S`` gets ``error`` (code ``session_expired``) and a close (1000). A client
+that leaves (or a send that fails) ends the session: its pending model calls are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from typing import Optional
+
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from speaker_asr.live.events import ProtocolError
+from speaker_asr.live.session import LiveEngine, LiveSession
+
+logger = logging.getLogger("server")
+
+REALTIME = "/v1/realtime"
+SUBPROTOCOL = "realtime"
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013
+
+
+class RealtimeRoute:
+    """The route and the count of open sessions."""
+
+    def __init__(self, runner, api_key: Optional[str], max_sessions: int, max_session_s: float,
+                 max_frame_bytes: int, vad_factory=None):
+        self.runner = runner
+        self.engine = LiveEngine(runner)
+        self.digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
+        self.max_sessions = max_sessions
+        self.max_session_s = max_session_s
+        self.max_frame_chars = -(-max_frame_bytes // 3) * 4
+        self.open = 0
+        if vad_factory is None:
+            from speaker_asr.live.vad import SileroVad
+
+            vad_factory = SileroVad
+        self.vad_factory = vad_factory
+
+    def routes(self) -> list[WebSocketRoute]:
+        return [WebSocketRoute(REALTIME.removeprefix("/v1"), self.endpoint)]
+
+    def _key_problem(self, websocket: WebSocket) -> Optional[tuple[str, str]]:
+        if self.digest is None:
+            return None
+        given = None
+        header = websocket.headers.get("authorization")
+        if header:
+            scheme, _, credential = header.strip().partition(" ")
+            if scheme.lower() == "bearer" and credential.strip():
+                given = credential.strip()
+        for offered in websocket.scope.get("subprotocols") or []:
+            if offered.startswith(KEY_SUBPROTOCOL) and given is None:
+                given = offered[len(KEY_SUBPROTOCOL):]
+        if not given:
+            return ("missing_api_key", "this server requires an API key: send 'Authorization: Bearer "
+                                       "<API_KEY>' (the openai SDK sends its api_key so) or the "
+                                       "subprotocol 'openai-insecure-api-key.<API_KEY>'")
+        digest = hashlib.sha256(given.encode("utf-8", "surrogateescape")).digest()
+        if not hmac.compare_digest(digest, self.digest):
+            return "invalid_api_key", "the API key is wrong (the one this server was started with: API_KEY)"
+        return None
+
+    async def _refuse(self, websocket: WebSocket, code: str, message: str, close_code: int,
+                      kind: str = "invalid_request_error") -> None:
+        event = ProtocolError(message, code=code, type=kind).event()
+        try:
+            await websocket.send_text(event.to_text())
+            await websocket.close(close_code, code)
+        except Exception:  # the client is gone already
+            pass
+
+    async def endpoint(self, websocket: WebSocket) -> None:
+        offered = websocket.scope.get("subprotocols") or []
+        await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        problem = self._key_problem(websocket)
+        if problem is not None:
+            await self._refuse(websocket, *problem, POLICY_VIOLATION)
+            return
+        intent = websocket.query_params.get("intent")
+        if intent != "transcription":
+            await self._refuse(websocket, "invalid_intent",
+                               f"Invalid value: {intent!r} for 'intent'. This server serves transcription "
+                               "sessions only: connect to /v1/realtime?intent=transcription.",
+                               POLICY_VIOLATION)
+            return
+        if not self.runner.ready:
+            status, body, _ = self.runner.status()
+            await self._refuse(websocket, "model_not_ready", body.get("reason", "the model is not ready"),
+                               TRY_AGAIN_LATER, "server_error")
+            return
+        if self.open >= self.max_sessions:
+            await self._refuse(websocket, "session_limit_reached",
+                               f"This server is at its limit of {self.max_sessions} live session"
+                               f"{'s' if self.max_sessions != 1 else ''} at once (MAX_SESSIONS); try again "
+                               "when one has ended.", TRY_AGAIN_LATER, "server_error")
+            return
+        self.open += 1
+        lock = asyncio.Lock()
+
+        async def send(event) -> None:
+            async with lock:
+                await websocket.send_text(event.to_text())
+
+        session = LiveSession(send, self.engine, self.vad_factory, self.max_frame_chars)
+        deadline = time.monotonic() + self.max_session_s
+        try:
+            await session.start()
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    await asyncio.wait_for(session.room(), max(0.0, left))
+                    message = await asyncio.wait_for(websocket.receive(), max(0.0, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    await session.close()
+                    await self._refuse(websocket, "session_expired",
+                                       f"Your session hit the maximum duration of {self.max_session_s:g} "
+                                       "seconds (LIVE_MAX_SESSION_S).", 1000)
+                    return
+                if message["type"] == "websocket.disconnect":
+                    return
+                text = message.get("text")
+                await session.handle(text if text is not None else message.get("bytes") or b"")
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return  # the client left (a send or a receive on a closed socket)
+        except Exception:
+            logger.exception("live session failed")
+            await self._refuse(websocket, None, "The server had an error while processing your "
+                                                "session.", 1011, "server_error")
+        finally:
+            self.open -= 1
+            await session.close()

@@ -1,0 +1,190 @@
+"""The live session's state machine (speaker_asr/live/session.py) and the turn detector
+(speaker_asr/live/vad.py) with stand-ins for the models: a fake engine whose "decode" is a
+function of the audio's length, and a fake VAD whose probability is the window's loudness. What
+the real models do over a real WebSocket is tests/live/test_realtime_server.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from speaker_asr.live.session import MAX_ITEM_S, LiveSession
+from speaker_asr.live.vad import WINDOW, TurnDetector, TurnEvent
+from speaker_asr.types import Word
+
+SR = 16_000
+
+
+class FakeEngine:
+    model_name = "fake-whisper"
+    capabilities = None
+    has_voices = True
+    match_threshold = 0.5
+
+    def __init__(self, fail: bool = False):
+        self.calls = 0
+        self.fail = fail
+
+    def busy(self) -> bool:
+        return False
+
+    async def run(self, fn):
+        self.calls += 1
+        return fn()
+
+    def decode(self, audio, config):
+        from speaker_asr.live.session import Decoded
+
+        if self.fail:
+            raise RuntimeError("boom")
+        n = int(len(audio) / SR * 2)  # two words a second
+        words = [Word(f" w{i}", i * 0.5, i * 0.5 + 0.4) for i in range(n)]
+        return Decoded("".join(w.text for w in words).strip(), words)
+
+    def embed(self, audio):
+        loud = float(np.abs(audio).mean() > 0.2)
+        return np.array([1.0 - loud, loud])
+
+
+class LoudVad:
+    """Speech probability = 1 for a window louder than 0.05 RMS, else 0."""
+
+    def __init__(self):
+        self.pending, self.next = np.zeros(0, np.float32), 0
+
+    def probabilities(self, samples):
+        pending = np.concatenate([self.pending, samples])
+        n = len(pending) // WINDOW
+        probs = [float(np.sqrt(np.mean(pending[i * WINDOW:(i + 1) * WINDOW] ** 2)) > 0.05) for i in range(n)]
+        first = self.next
+        self.pending, self.next = pending[n * WINDOW:], first + n * WINDOW
+        return probs, first
+
+    def reset(self, at):
+        self.pending, self.next = np.zeros(0, np.float32), at
+
+
+def frames(audio: np.ndarray, ms: int = 20):
+    step = SR * ms // 1000
+    for i in range(0, len(audio), step):
+        pcm = (np.clip(audio[i:i + step], -1, 1) * 32767).astype("<i2").tobytes()
+        yield json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
+
+
+def speech(seconds: float, level: float = 0.3) -> np.ndarray:
+    t = np.arange(int(seconds * SR)) / SR
+    return (level * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), np.float32)
+
+
+def run_session(messages, engine=None, vad=True):
+    sent = []
+
+    async def send(event):
+        sent.append(event.to_json())
+
+    async def main():
+        session = LiveSession(send, engine or FakeEngine(), LoudVad)
+        await session.start()
+        fmt = {"format": {"type": "audio/pcm", "rate": 16000}}
+        td = {"turn_detection": {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100}} \
+            if vad else {"turn_detection": None}
+        await session.handle(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "audio": {"input": {**fmt, **td}}}}))
+        for m in messages:
+            await session.room()
+            await session.handle(m)
+            await asyncio.sleep(0)
+        await session.drain()
+        await session.close()
+
+    asyncio.run(main())
+    return sent
+
+
+def types(sent):
+    return [e["type"].removeprefix("conversation.item.input_audio_transcription.")
+            .removeprefix("input_audio_buffer.") for e in sent]
+
+
+def test_turn_detector_starts_with_padding_and_stops_after_the_silence():
+    d = TurnDetector(0.5, prefix_padding_ms=64, silence_duration_ms=96)
+    assert d.push([0.1, 0.9, 0.9], 10 * WINDOW) == [TurnEvent("start", 11 * WINDOW - 1024)]
+    assert d.push([0.4, 0.2], 13 * WINDOW) == []  # 0.4: between the thresholds, still speech
+    assert d.push([0.1], 15 * WINDOW) == [TurnEvent("stop", 13 * WINDOW)] and not d.speaking
+
+
+def test_server_vad_opens_and_commits_an_item_with_deltas_completed_and_a_segment():
+    audio = np.concatenate([silence(1.0), speech(3.0), silence(1.0)])
+    sent = run_session(frames(audio))
+    assert types(sent)[:2] == ["session.created", "session.updated"]
+    kinds = types(sent)[2:]
+    assert kinds[0] == "speech_started" and "speech_stopped" in kinds and "committed" in kinds
+    assert kinds.index("speech_stopped") < kinds.index("committed") < kinds.index("completed")
+    assert kinds[-1] == "segment" and kinds[-2] == "completed"
+    started = sent[2]
+    assert abs(started["audio_start_ms"] - 900) <= 40  # 1 s less the 100 ms padding
+    stopped = next(e for e in sent if e["type"].endswith("speech_stopped"))
+    assert abs(stopped["audio_end_ms"] - 4000) <= 40
+    deltas = "".join(e["delta"] for e in sent if e["type"].endswith(".delta"))
+    completed = next(e for e in sent if e["type"].endswith(".completed"))
+    assert deltas == completed["transcript"] and completed["transcript"].startswith("w0 w1")
+    assert sum(1 for k in kinds if k == "delta") >= 2  # partial decodes agreed before the commit
+    segment = sent[-1]
+    assert segment["speaker"] == "SPEAKER_00" and 0.85 <= segment["start"] < segment["end"]
+    assert {e["item_id"] for e in sent[2:]} == {started["item_id"]}
+
+
+def test_two_utterances_of_different_voices_get_two_speakers_and_chained_items():
+    audio = np.concatenate([speech(2.0, 0.1), silence(1.0), speech(2.0, 0.5), silence(1.0)])
+    sent = run_session(frames(audio))
+    segments = [e for e in sent if e["type"].endswith(".segment")]
+    assert [s["speaker"] for s in segments] == ["SPEAKER_00", "SPEAKER_01"]
+    committed = [e for e in sent if e["type"].endswith(".committed")]
+    assert committed[0]["previous_item_id"] is None
+    assert committed[1]["previous_item_id"] == committed[0]["item_id"]
+
+
+def test_a_long_utterance_is_split_at_30_s():
+    sent = run_session(frames(np.concatenate([speech(MAX_ITEM_S + 2), silence(1.0)]), ms=100))
+    kinds = types(sent)
+    assert kinds.count("committed") == 2 and kinds.count("speech_started") == 2
+    assert kinds.count("completed") == 2
+
+
+def test_manual_commit_clear_and_faults_keep_the_session_going():
+    audio = speech(1.0)
+    msgs = [*frames(audio), '{"type": "input_audio_buffer.commit"}',
+            "{not json", '{"type": "input_audio_buffer.append", "audio": "@@@"}',
+            '{"type": "input_audio_buffer.append", "audio": "AAE"}', '{"type": "nope"}',
+            '{"type": "input_audio_buffer.commit", "event_id": "c2"}',
+            *frames(audio), '{"type": "input_audio_buffer.clear"}']
+    sent = run_session(msgs, vad=False)
+    kinds = types(sent)
+    assert kinds[2:5] == ["committed", "delta", "completed"]
+    errors = [e["error"] for e in sent if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["invalid_json", "invalid_value", "invalid_value", "invalid_value",
+                                           "input_audio_buffer_commit_empty"]
+    assert errors[-1]["event_id"] == "c2"
+    assert kinds[-1] == "cleared" and "speech_started" not in kinds
+
+
+def test_a_model_failure_fails_the_item_and_the_session_goes_on():
+    sent = run_session([*frames(speech(1.0)), '{"type": "input_audio_buffer.commit"}'],
+                       engine=FakeEngine(fail=True), vad=False)
+    failed = [e for e in sent if e["type"].endswith(".failed")]
+    assert len(failed) == 1 and failed[0]["error"]["type"] == "server_error"
+    assert "boom" not in json.dumps(failed)
+
+
+def test_manual_buffer_is_bounded():
+    sent = run_session(frames(speech(MAX_ITEM_S + 1), ms=500), vad=False)
+    errors = [e["error"] for e in sent if e["type"] == "error"]
+    assert errors and all(e["code"] == "input_audio_buffer_full" for e in errors)
