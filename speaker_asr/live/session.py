@@ -527,16 +527,19 @@ class LiveSession:
     def _segment(self, item: Item, decoded: Decoded, transcript: str, seconds: float, speaker: str,
                  options) -> TranscriptionSegment:
         origin = item.start / SAMPLE_RATE
+
+        def at(t: float) -> float:  # word times clipped to the item's audio (a model may overshoot)
+            return round(origin + min(max(0.0, t), seconds), 3)
+
         timed = [w for w in decoded.words if w.start is not None and w.end is not None]
-        start = origin + (timed[0].start if timed else 0.0)
-        end = origin + (timed[-1].end if timed else seconds)
+        start = at(timed[0].start) if timed else at(0.0)
+        end = at(timed[-1].end) if timed else at(seconds)
         words = None
         if options.return_word_timestamps:
-            words = [SegmentWord(word=w.text.strip(), start=round(origin + w.start, 3),
-                                 end=round(origin + w.end, 3)) for w in timed]
+            words = [SegmentWord(word=w.text.strip(), start=at(w.start), end=at(w.end)) for w in timed]
         self.segments += 1
-        return TranscriptionSegment(item_id=item.id, id=f"seg_{self.segments - 1}", start=round(start, 3),
-                                    end=round(max(start, end), 3), text=transcript, speaker=speaker,
+        return TranscriptionSegment(item_id=item.id, id=f"seg_{self.segments - 1}", start=start,
+                                    end=max(start, end), text=transcript, speaker=speaker,
                                     words=words)
 
 
