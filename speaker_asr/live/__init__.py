@@ -1,6 +1,8 @@
 """Live transcription with speakers over OpenAI's Realtime transcription protocol (issue 31): the
-pure logic, each piece unit-tested with hand-made inputs; the WebSocket route that drives it
-(``/v1/realtime?intent=transcription`` on speaker_asr/serving/app.py) is not here yet.
+pure logic, each piece unit-tested with hand-made inputs, and the session loop that the WebSocket
+route (``/v1/realtime?intent=transcription``, speaker_asr/serving/realtime.py) drives:
+:mod:`.session` (one session's state machine and its model calls) and :mod:`.vad` (silero-vad;
+the turn detector). Those two import torch only when a model runs.
 
 * :mod:`.events` -- the protocol's event shapes (OpenAI's Realtime API, GA): the client events
   parsed, with an error event that says what is wrong and what is allowed; the server events
