@@ -188,3 +188,24 @@ def test_manual_buffer_is_bounded():
     sent = run_session(frames(speech(MAX_ITEM_S + 1), ms=500), vad=False)
     errors = [e["error"] for e in sent if e["type"] == "error"]
     assert errors and all(e["code"] == "input_audio_buffer_full" for e in errors)
+
+
+def test_silero_finds_the_speech_of_the_shared_clip():
+    """silero-vad + the detector on real speech (../shared/audio; skipped where it is absent)."""
+    from pathlib import Path
+
+    clip = Path(__file__).resolve().parents[2].parent / "shared" / "audio" / "polyai-minds14-0.wav"
+    if not clip.exists():
+        pytest.skip("no shared clip")
+    import soundfile as sf
+    from scipy.signal import resample_poly
+
+    from speaker_asr.live.vad import SileroVad
+
+    audio, sr = sf.read(str(clip), dtype="float32")
+    audio = resample_poly(audio, SR, sr).astype(np.float32)
+    vad, detector, events = SileroVad(), TurnDetector(0.5, 300, 500), []
+    for i in range(0, len(audio), 320):
+        events += detector.push(*vad.probabilities(audio[i:i + 320]))
+    starts = [e.sample / SR for e in events if e.kind == "start"]
+    assert starts and 0.3 < starts[0] < 1.5 and len(starts) <= 3  # the caller starts at ~0.9 s
