@@ -118,31 +118,31 @@ def test_the_response_says_whether_the_assistant_drafted_and_why(handler, speech
     lines = [r.getMessage() for r in caplog.records if "assisted='auto'" in r.getMessage()]
     assert lines == ["assisted='auto': decoding without the assistant (auto: timing both modes)"]
     assert ask()["assisted"]["reason"] in ("auto: assisted measured faster", "auto: plain measured faster")
-    caplog.clear()
-    long = ask(encode(np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])),
-               chunk_length_s=10, batch_size=2, response_format="verbose_json")
-    assert long["assisted"] == {"used": False, "reason": "audio longer than one window"}
-    assert [r.levelno for r in caplog.records if "audio longer than one window" in r.getMessage()] \
-        == [logging.INFO]
+    # (audio longer than one window: test_long_audio_is_chunked_and_batched)
     assert ask(temperature=0.4)["assisted"] == {"used": False, "reason": "sampling temperature"}
     # every format carries it, as the other notes (duration, warnings)
-    for fmt in ("diarized_json", "srt"):
-        assert ask(assisted=False, response_format=fmt)["assisted"] == \
-            {"used": False, "reason": "not requested"}
+    assert ask(assisted=False, response_format="srt")["assisted"] == {"used": False, "reason": "not requested"}
     # silence: the ASR did not run, nothing to say
     assert "assisted" not in ask(encode(np.zeros(16000 * 3, np.float32)))
 
 
-def test_long_audio_is_chunked_and_batched(handler):
+def test_long_audio_is_chunked_and_batched(handler, caplog):
+    import logging
+
     audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
     calls = []
     hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    caplog.set_level(logging.INFO, logger="speaker_asr.asr.transcriber")
     try:
         r = handler({"inputs": b64(encode(audio)), "parameters": {"batch_size": 2, "chunk_length_s": 10}})
     finally:
         hook.remove()
     assert_schema(r)
     assert abs(r["duration"] - 32.0) < 0.01
+    # 'auto' (the default) decodes it plain, says why in the response and in one INFO line
+    assert r["assisted"] == {"used": False, "reason": "audio longer than one window"}
+    assert [rec.levelno for rec in caplog.records if "audio longer than one window" in rec.getMessage()] \
+        == [logging.INFO]
     assert not calls, "assisted='auto' decodes audio longer than a window batched, without the assistant"
 
 
