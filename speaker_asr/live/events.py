@@ -672,14 +672,20 @@ class Cleared(_ServerEvent):
     type: Literal["input_audio_buffer.cleared"] = "input_audio_buffer.cleared"
 
 
-class TranscriptionDelta(_ServerEvent):
+class _ItemTranscriptionEvent(_ServerEvent):
+    """An event about one item's transcription (delta, completed, failed, segment): the item and
+    its one content part."""
+
+    item_id: str
+    content_index: int = 0
+
+
+class TranscriptionDelta(_ItemTranscriptionEvent):
     """Text of the item that two successive decodes agreed on (:mod:`.agreement`): sent once,
     never taken back."""
 
     type: Literal["conversation.item.input_audio_transcription.delta"] = \
         "conversation.item.input_audio_transcription.delta"
-    item_id: str
-    content_index: int = 0
     delta: str
 
 
@@ -691,14 +697,12 @@ class DurationUsage(BaseModel):
     seconds: float
 
 
-class TranscriptionCompleted(_ServerEvent):
+class TranscriptionCompleted(_ItemTranscriptionEvent):
     """The item's final transcript (its last decode, which may differ from the deltas: see
     :class:`speaker_asr.live.agreement.Finish`) and the seconds of audio it had."""
 
     type: Literal["conversation.item.input_audio_transcription.completed"] = \
         "conversation.item.input_audio_transcription.completed"
-    item_id: str
-    content_index: int = 0
     transcript: str
     usage: DurationUsage
 
@@ -711,13 +715,11 @@ class FailureDetail(BaseModel):
     param: Optional[str] = None
 
 
-class TranscriptionFailed(_ServerEvent):
+class TranscriptionFailed(_ItemTranscriptionEvent):
     """An item whose transcription failed (the server's error, said without internals)."""
 
     type: Literal["conversation.item.input_audio_transcription.failed"] = \
         "conversation.item.input_audio_transcription.failed"
-    item_id: str
-    content_index: int = 0
     error: FailureDetail
 
 
@@ -730,15 +732,13 @@ class SegmentWord(BaseModel):
     end: float
 
 
-class TranscriptionSegment(_ServerEvent):
+class TranscriptionSegment(_ItemTranscriptionEvent):
     """One speaker's stretch of an item: ``start``/``end`` in seconds on the session's audio
     clock, ``speaker`` a label (SPEAKER_00 ...) or a known speaker's name; ``words`` (our
     extension, only with ``return_word_timestamps``)."""
 
     type: Literal["conversation.item.input_audio_transcription.segment"] = \
         "conversation.item.input_audio_transcription.segment"
-    item_id: str
-    content_index: int = 0
     id: str
     start: float
     end: float
