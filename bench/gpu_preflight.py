@@ -83,8 +83,9 @@ def check_wheels(folder: Path) -> list[str]:
     if not folder.is_dir():
         return [f"preflight: no wheel folder {folder}: {FETCH}"]
     found = wheel_files(folder)
+    pinned = pins()
     problems = []
-    for name, pin in pins().items():
+    for name, pin in pinned.items():
         want = pin.partition("==")[2]
         have = found.get(name, [])
         if not any(v == want for v, _ in have):
@@ -95,7 +96,7 @@ def check_wheels(folder: Path) -> list[str]:
             problems.append(f"preflight: {len(have)} versions of {name} in {folder} "
                             f"({', '.join(f for _, f in have)}): keep one")
     for name, files in found.items():
-        if name not in pins():
+        if name not in pinned:
             problems.append(f"preflight: {files[0][1]} in {folder} is not in {MANIFEST.name}")
     return problems
 
@@ -190,6 +191,7 @@ def check_closure(folder: Path, python: str) -> list[str]:
     env = {"python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux",
            "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
            "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    behind = left_behind()
     problems = check_wheels(folder)
     for name, files in found.items():
         with zipfile.ZipFile(folder / files[0][1]) as z:
@@ -205,10 +207,10 @@ def check_closure(folder: Path, python: str) -> list[str]:
             if need in carried:
                 if req.specifier and not req.specifier.contains(carried[need], prereleases=True):
                     problems.append(f"closure: {files[0][1]} needs {req}, the wheels carry {carried[need]}")
-            elif need not in image and need not in left_behind():
+            elif need not in image and need not in behind:
                 problems.append(f"closure: {files[0][1]} needs {req}: neither carried "
                                 f"({MANIFEST.name}) nor on the image ({IMAGE.name})")
-    return problems + check_imported_distributions(image | set(carried) | left_behind())
+    return problems + check_imported_distributions(image | set(carried) | behind)
 
 
 def check_imported_distributions(known: set[str]) -> list[str]:
@@ -216,14 +218,13 @@ def check_imported_distributions(known: set[str]) -> list[str]:
     machine would lack: neither on its image, carried, left behind, nor needed (extras too) by
     something that is -- a new import in the endpoint's code fails here, not on the GPU."""
     import importlib.metadata as md
-    import re as _re
 
     check_imports()
     requires = {canonical(d.metadata["Name"]): d.requires or [] for d in md.distributions()}
     reach, todo = set(known), list(known)
     while todo:
         for req in requires.get(todo.pop(), []):
-            need = canonical(_re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
+            need = canonical(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0])
             if need not in reach:
                 reach.add(need)
                 todo.append(need)
