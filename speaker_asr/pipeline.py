@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -93,6 +93,13 @@ class Pipeline:
             result = name_known_speakers(result, found.voices, references, threshold,
                                          config.return_speaker_embeddings)
         return replace(result, warnings=warnings)
+
+    def beside(self, fn: Callable[[], Any]) -> Future:
+        """``fn()`` on the diarization's thread, where a request's diarization runs beside its
+        ASR (the live sessions' speaker work runs there, beside their decodes)."""
+        if self._worker is None:
+            raise RuntimeError("no diarization pipeline is loaded")
+        return self._worker.submit(fn)
 
     def warm_up(self, capabilities: ModelCapabilities, audio: Optional[np.ndarray] = None
                 ) -> dict[str, float]:

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
@@ -75,13 +75,15 @@ from speaker_asr.live.events import (Cleared, Committed, DurationUsage, FailureD
                                      new_id, parse_client_event)
 from speaker_asr.live.speakers import OnlineSpeakers
 from speaker_asr.live.vad import TurnDetector
-from speaker_asr.types import Word
+from speaker_asr.result import SpeakerTurn
+from speaker_asr.types import Transcript, Word
 
 logger = logging.getLogger("server")
 
 MAX_ITEM_S = 30.0  # Whisper's window: an item's most audio
 MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
 PARTIAL_INTERVAL_S = 1.0  # new audio between two partial decodes of a growing item
+PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a timed decode the final may reuse
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
@@ -94,12 +96,20 @@ class Decoded:
 
     text: str
     words: list[Word]
+    transcript: Optional[Transcript] = None  # the ASR's own result (None from a stand-in engine)
 
 
 @dataclass
-class FinalResult:
-    decoded: Decoded
-    embedding: Optional[np.ndarray] = None
+class Voices:
+    """Who speaks in an item, as its own diarization found them: ``turns``, the item's words
+    attributed to them as the file route attributes them (the transcript's speaker turns, times
+    from the item's start; a turn's ``speaker`` is a label of this item only, or None where the
+    diarization heard nobody); per label, its ``voice`` (a unit vector, None when it had no
+    speech alone to embed) and ``seconds`` of speech alone."""
+
+    turns: list[SpeakerTurn]
+    voice: dict[str, Optional[list[float]]]
+    seconds: dict[str, float]
 
 
 class LiveEngine:
@@ -134,6 +144,17 @@ class LiveEngine:
         value = getattr(settings, "speaker_match_threshold", None)
         return float(value) if isinstance(value, (int, float)) else DEFAULT_MATCH_THRESHOLD
 
+    async def beside(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the diarization's thread (:meth:`speaker_asr.pipeline.Pipeline.beside`),
+        beside the model thread's decodes: an item's speakers are found while the next item is
+        decoded. Cancelled while queued: dropped before it runs."""
+        future = self.handler.pipeline.beside(fn)
+        try:
+            return await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
     def busy(self) -> bool:
         waiting, running = self.runner.counts()
         return waiting + running > 0
@@ -149,20 +170,42 @@ class LiveEngine:
 
     # -- on the model thread ----------------------------------------------------------------
 
-    def decode(self, audio: np.ndarray, config: InferenceConfig) -> Decoded:
+    def decode(self, audio: np.ndarray, config: InferenceConfig, timed: bool = True) -> Decoded:
+        """The audio's transcript; ``timed``: with word times where the model has alignment heads
+        (the final decode: speakers are given by them; a partial decode needs only the words)."""
         asr = self.handler.asr
-        words_mode = bool(getattr(asr, "has_alignment_heads", False))
+        words_mode = timed and bool(getattr(asr, "has_alignment_heads", False))
         transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False)
         text = (transcript.text or "").strip()
         words = [w for w in (transcript.words or []) if w.text.strip()]
         if not words and text:  # no alignment heads: the words without times
             words = [Word(" " + part, None, None) for part in text.split()]
-        return Decoded(text, words)
+        return Decoded(text, words, transcript)
 
     def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
         from speaker_asr.diarization.embeddings import embed_clip
 
         return embed_clip(self.handler.voices.model, audio)
+
+    def voices(self, audio: np.ndarray, decoded: Decoded, config: InferenceConfig) -> Optional[Voices]:
+        """Who speaks in the item: the diarization pipeline on its audio (the file route's
+        :func:`~speaker_asr.pipeline.diarize_speakers`, with each speaker's voice) and its words
+        attributed to them by the file route's :func:`~speaker_asr.attribution.response.attribute`.
+        None when the diarization heard nobody or failed (the caller embeds the whole item)."""
+        from speaker_asr.attribution.response import attribute
+        from speaker_asr.attribution.turns import one_at_a_time
+        from speaker_asr.pipeline import diarize_speakers
+
+        if decoded.transcript is None or self.handler.diarization is None:
+            return None
+        found = diarize_speakers(self.handler.diarization, self.handler.voices, audio, config, with_voices=True)
+        if found.error is not None or found.embedding_error is not None or not found.turns:
+            return None
+        result = attribute(decoded.transcript, len(audio) / SAMPLE_RATE, found, with_words=True)
+        seconds: dict[str, float] = {}
+        for turn in one_at_a_time(found):
+            seconds[turn.speaker] = seconds.get(turn.speaker, 0.0) + max(0.0, turn.end - turn.start)
+        return Voices(result.speaker_turns, dict(found.voices), seconds)
 
     def reference(self, index: int, name: str, ref) -> np.ndarray:
         return self.handler.voices.reference(index, name, ref)
@@ -176,6 +219,9 @@ class Item:
     start: int  # audio clock sample of its first sample
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     partial_at: int = 0  # samples it had at its last partial decode
+    paused_at: int = -1  # the speech end (clock sample) of the pause its last timed decode was for
+    speech_end: Optional[int] = None  # where its speech ended (server VAD's stop), once committed
+    timed: Optional[tuple[int, Decoded]] = None  # the last timed partial decode: (audio end, result)
 
 
 class LiveSession:
@@ -371,6 +417,7 @@ class LiveSession:
                 await self.send(SpeechStarted(audio_start_ms=_ms(start), item_id=self.item.id))
             elif self.item is not None:
                 item = self.item
+                item.speech_end = turn.sample
                 await self.send(SpeechStopped(audio_end_ms=_ms(turn.sample), item_id=item.id))
                 await self._commit(item, self.clock)
         if self.item is None:  # silence: keep the prefix padding only
@@ -435,24 +482,41 @@ class LiveSession:
     # -- decoding ----------------------------------------------------------------------------
 
     def _maybe_partial(self, item: Item) -> None:
+        """A partial decode of the growing item, when the model is free: in a pause of at least
+        :data:`PAUSE_DECODE_S` (once a pause) a *timed* one, which the item's final decode reuses
+        when the pause turns out to end the utterance (its audio then holds all the speech: what
+        follows is the silence), so the text is ready when the VAD commits; else one every
+        :data:`PARTIAL_INTERVAL_S` of new audio, for deltas only."""
         grown = self.clock - item.start
-        if grown < MIN_PARTIAL_S * SAMPLE_RATE or grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE:
+        if grown < MIN_PARTIAL_S * SAMPLE_RATE:
             return
         if (self._partial is not None and not self._partial.done()) or self.engine.busy():
             return
+        pause = self.detector.pause(self.clock) if self.detector is not None else 0
+        speech_end = self.clock - pause
+        if pause >= PAUSE_DECODE_S * SAMPLE_RATE and item.paused_at != speech_end:
+            item.paused_at = speech_end
+            timed = True
+        elif grown - item.partial_at >= PARTIAL_INTERVAL_S * SAMPLE_RATE:
+            timed = False
+        else:
+            return
         item.partial_at = grown
         audio = self._audio(max(item.start, self.clock - int(MAX_ITEM_S * SAMPLE_RATE)), self.clock).copy()
-        self._partial = asyncio.ensure_future(self._run_partial(item, audio))
+        self._partial = asyncio.ensure_future(self._run_partial(item, audio, self.clock if timed else None))
 
-    async def _run_partial(self, item: Item, audio: np.ndarray) -> None:
+    async def _run_partial(self, item: Item, audio: np.ndarray, end: Optional[int]) -> None:
+        """``end``: a timed decode of the item's audio up to that clock sample (kept for the final)."""
         config = self.config
         try:
-            decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
+            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, timed=end is not None))
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.warning("a partial decode failed (skipped)", exc_info=True)
             return
+        if end is not None and end - len(audio) == item.start:  # the whole item: the final may use it
+            item.timed = (end, decoded)
         if self.item is not item:  # committed meanwhile: its final decode closes it
             return
         delta = item.agreement.update(decoded.words)
@@ -482,22 +546,15 @@ class LiveSession:
                 self.queue.task_done()
 
     async def _finish(self, item: Item, audio: np.ndarray) -> None:
+        """The item's final decode -> its last ``delta`` and ``completed`` (sent as soon as the
+        text is there); then, with speaker labels on, who speaks in it -> its ``segment`` events."""
         config, options = self.config, self.session.speaker_asr
-        labels = options.speaker_labels and self.engine.has_voices
         seconds = len(audio) / SAMPLE_RATE
-
-        speakers = self._speakers(options) if labels else None
-        # a stretch too short to be decided by voice takes the previous speaker; the session's
-        # first one is embedded all the same (someone must open the first label)
-        voice = speakers is not None and (speakers.needs_embedding(seconds) or not speakers.labels)
-
-        def final() -> FinalResult:
-            decoded = self.engine.decode(audio, config)
-            embedding = self.engine.embed(audio) if voice and decoded.text else None
-            return FinalResult(decoded, embedding)
-
         try:
-            result: FinalResult = await self.engine.run(final)
+            if item.timed is not None and item.speech_end is not None and item.timed[0] >= item.speech_end:
+                decoded = item.timed[1]  # decoded in the pause that ended it: all its speech
+            else:
+                decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -506,41 +563,90 @@ class LiveSession:
                 type="server_error", code=None,
                 message="The server had an error while transcribing this item.")))
             return
-        finish = item.agreement.finish(result.decoded.words)
+        finish = item.agreement.finish(decoded.words)
         if finish.delta:
             await self.send(TranscriptionDelta(item_id=item.id, delta=finish.delta))
-        transcript = result.decoded.text if not result.decoded.words else finish.transcript
+        transcript = decoded.text if not decoded.words else finish.transcript
         await self.send(TranscriptionCompleted(item_id=item.id, transcript=transcript,
                                                usage=DurationUsage(seconds=round(seconds, 3))))
-        if speakers is not None and transcript:
+        if transcript and options.speaker_labels and self.engine.has_voices:
+            for event in await self._speakers_of(item, audio, decoded, transcript, options):
+                await self.send(event)
+
+    async def _speakers_of(self, item: Item, audio: np.ndarray, decoded: Decoded, transcript: str,
+                           options) -> list[TranscriptionSegment]:
+        """The item's segment events: its own diarization's speakers (:meth:`LiveEngine.voices`)
+        given the session's labels by their voices (:meth:`OnlineSpeakers.assign_group`), one
+        event per speaker turn; when the diarization heard nobody, the whole item's voice decides
+        one speaker (a stretch too short to be decided by voice takes the previous speaker; the
+        session's first one is embedded all the same: someone must open the first label). A
+        model error here costs the item its segments only (logged): its text is out already."""
+        config, seconds = self.config, len(audio) / SAMPLE_RATE
+        speakers = self._speakers(options)
+        try:
+            found: Optional[Voices] = await self.engine.beside(lambda: self.engine.voices(audio, decoded, config))
+            if found is None:
+                embed = speakers.needs_embedding(seconds) or not speakers.labels
+                embedding = await self.engine.beside(lambda: self.engine.embed(audio)) if embed else None
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("live speakers of %s failed", item.id)
+            return []
+        if found is None:
             duration = seconds if speakers.labels else max(seconds, speakers.min_duration_s)
-            assignment = speakers.assign(result.embedding, duration)
-            if assignment.speaker is not None:  # None: no voice vector before anyone was heard
-                await self.send(self._segment(item, result.decoded, transcript, seconds,
-                                              assignment.speaker, options))
+            speaker = speakers.assign(embedding, duration).speaker
+            if speaker is None:  # no voice vector before anyone was heard
+                return []
+            turns = [SpeakerTurn(speaker, transcript, 0.0, seconds, list(decoded.words))]
+        else:
+            labels = [label for label in found.seconds if found.seconds[label] > 0] or list(found.voice)
+            chosen = speakers.assign_group([(found.voice.get(label), found.seconds.get(label, 0.0))
+                                            for label in labels])
+            names = {label: a.speaker for label, a in zip(labels, chosen)}
+            lead = max(labels, key=lambda label: found.seconds.get(label, 0.0), default=None)
+            fallback = names.get(lead) or speakers.previous
+            turns = [replace(t, speaker=names.get(t.speaker) or fallback) for t in found.turns if t.text]
+            if any(t.speaker is None for t in turns):
+                return []
+            turns = _merged(turns)
+        return [self._segment(item, turn, seconds, options) for turn in turns]
 
     def _speakers(self, options) -> OnlineSpeakers:
         if self.speakers is None:
             self.speakers = OnlineSpeakers(self._threshold(options), options.max_speakers, known=self.known)
         return self.speakers
 
-    def _segment(self, item: Item, decoded: Decoded, transcript: str, seconds: float, speaker: str,
-                 options) -> TranscriptionSegment:
+    def _segment(self, item: Item, turn: SpeakerTurn, seconds: float, options) -> TranscriptionSegment:
         origin = item.start / SAMPLE_RATE
 
         def at(t: float) -> float:  # word times clipped to the item's audio (a model may overshoot)
             return round(origin + min(max(0.0, t), seconds), 3)
 
-        timed = [w for w in decoded.words if w.start is not None and w.end is not None]
-        start = at(timed[0].start) if timed else at(0.0)
-        end = at(timed[-1].end) if timed else at(seconds)
+        timed = [w for w in turn.words if w.start is not None and w.end is not None]
+        start = at(timed[0].start) if timed else at(turn.start)
+        end = at(timed[-1].end) if timed else at(turn.end)
         words = None
         if options.return_word_timestamps:
             words = [SegmentWord(word=w.text.strip(), start=at(w.start), end=at(w.end)) for w in timed]
         self.segments += 1
         return TranscriptionSegment(item_id=item.id, id=f"seg_{self.segments - 1}", start=start,
-                                    end=max(start, end), text=transcript, speaker=speaker,
+                                    end=max(start, end), text=turn.text.strip(), speaker=turn.speaker,
                                     words=words)
+
+
+def _merged(turns: list[SpeakerTurn]) -> list[SpeakerTurn]:
+    """Consecutive turns that got one session speaker joined (two of the item's own speakers
+    may turn out to be one)."""
+    out: list[SpeakerTurn] = []
+    for t in turns:
+        if out and out[-1].speaker == t.speaker:
+            last = out[-1]
+            out[-1] = SpeakerTurn(t.speaker, (last.text + " " + t.text.strip()).strip(), last.start,
+                                  max(last.end, t.end), last.words + t.words)
+        else:
+            out.append(t)
+    return out
 
 
 def _ms(sample: int) -> int:

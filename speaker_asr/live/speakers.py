@@ -170,8 +170,56 @@ class OnlineSpeakers:
         v = self._vector(embedding) if duration_s >= self.min_duration_s else None
         if v is None:
             return Assignment(self._previous)
-        sims = [float(np.clip(s.centroid @ v, -1.0, 1.0)) for s in self._speakers]
-        best = int(np.argmax(sims)) if sims else None  # argmax: the first of equals
+        return self._decide(v, duration_s)
+
+    def assign_group(self, stretches: Sequence[tuple[Optional[Vector], float]]) -> list[Assignment]:
+        """The speakers of several voices heard in one utterance (``(embedding, duration_s)``
+        each, as the utterance's own diarization found them): two voices of one utterance are two
+        people (the diarization told them apart), so no two of them join the same speaker. They
+        are decided longest first (the surest voice claims its speaker first); each takes the
+        nearest speaker not taken by another voice of the group if at or above ``threshold``,
+        else opens one (at the cap: the nearest speaker left, or the nearest of all when every
+        one is taken). A voice shorter than ``min_duration_s`` opens no speaker and moves no
+        centroid: it joins a speaker already heard and not taken in the group when its vector
+        is at or above ``threshold`` to it, else takes the group's longest voice's speaker (a
+        short stretch is mostly the main speaker going on). Returned in the order given."""
+        order = sorted(range(len(stretches)), key=lambda i: -stretches[i][1])
+        out: list[Optional[Assignment]] = [None] * len(stretches)
+        taken: set[str] = set()
+        short = []
+        for i in order:
+            embedding, duration = stretches[i]
+            v = self._vector(embedding) if duration >= self.min_duration_s else None
+            if v is None:
+                short.append(i)
+                continue
+            out[i] = self._decide(v, duration, exclude=taken)
+            taken.add(out[i].speaker)
+        lead = next((out[i].speaker for i in order if out[i] is not None), None)
+        for i in short:
+            v = self._vector(stretches[i][0])
+            free = [s for s in self._speakers if s.label not in taken and s.label in self._heard]
+            sims = [float(np.clip(s.centroid @ v, -1.0, 1.0)) for s in free] if v is not None else []
+            if sims and max(sims) >= self.threshold:  # a known voice: joins it, moves nothing
+                best = int(np.argmax(sims))
+                taken.add(free[best].label)
+                self._hear(free[best].label)
+                out[i] = Assignment(free[best].label, sims[best])
+            elif lead is not None:
+                self._hear(lead)
+                out[i] = Assignment(lead)
+            else:
+                out[i] = Assignment(self._previous)
+        if lead is not None:
+            self._previous = lead
+        return out  # type: ignore[return-value]
+
+    def _decide(self, v: np.ndarray, duration_s: float, exclude: set = frozenset()) -> Assignment:
+        """One embedded voice (a unit vector): join, open or (at the cap) take the nearest, among
+        the speakers not in ``exclude``."""
+        free = [i for i, s in enumerate(self._speakers) if s.label not in exclude]
+        sims = {i: float(np.clip(self._speakers[i].centroid @ v, -1.0, 1.0)) for i in free}
+        best = max(free, key=lambda i: (sims[i], -i)) if free else None  # ties: the first
         if best is not None and sims[best] >= self.threshold:
             speaker = self._speakers[best]
             speaker.add(v, duration_s)
@@ -185,8 +233,15 @@ class OnlineSpeakers:
             return Assignment(label, None, new=True, by_voice=True)
         # at the cap: the nearest speaker heard so far (a name is given on a match only), or
         # the nearest known one when only known speakers have places; its centroid left alone
-        heard = [i for i, s in enumerate(self._speakers) if s.label in self._heard] or range(len(sims))
-        best = max(heard, key=lambda i: (sims[i], -i))
+        every = {i: float(np.clip(s.centroid @ v, -1.0, 1.0)) for i, s in enumerate(self._speakers)}
+        pool = free or list(every)
+        heard = [i for i in pool if self._speakers[i].label in self._heard] or pool
+        best = max(heard, key=lambda i: (every[i], -i))
         speaker = self._speakers[best]
         self._hear(speaker.label)
-        return Assignment(speaker.label, sims[best], by_voice=True)
+        return Assignment(speaker.label, every[best], by_voice=True)
+
+    @property
+    def previous(self) -> Optional[str]:
+        """The speaker of the last stretch decided (None before anyone was heard)."""
+        return self._previous

@@ -9,7 +9,8 @@ stops (OpenAI's ``server_vad``: ``threshold``, ``prefix_padding_ms``, ``silence_
   positions on the session's audio clock. A window at or above ``threshold`` is speech; speech
   ends after ``silence_duration_ms`` of windows below ``threshold - 0.15`` (silero's own
   hysteresis, ``neg_threshold`` in its ``VADIterator``), and a window between the two keeps
-  the state it finds. ``start`` is the first speech window's start less ``prefix_padding_ms``
+  the state it finds; once the turn has lasted :data:`LONG_TURN_MS`, a pause of
+  :data:`LONG_TURN_SILENCE_MS` ends it (or ``silence_duration_ms`` when that is shorter). ``start`` is the first speech window's start less ``prefix_padding_ms``
   (never before what the session still holds: the caller clips it); ``stop`` is the end of the
   last speech window, sent once the silence has lasted ``silence_duration_ms``.
 
@@ -29,6 +30,13 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 WINDOW = 512  # silero-vad's window at 16 kHz (32 ms)
 # silero's VADIterator: speech ends below threshold - 0.15 (hysteresis against flicker)
 HYSTERESIS = 0.15
+# a turn that has gone on this long ends at a shorter pause: people in a meeting or on a call
+# rarely leave silence_duration_ms between sentences (or between speakers), and without this an
+# utterance would run to the 30 s cap: its text comes 30 s late and one item holds several
+# speakers' words. 8 s and 200 ms: a sentence or two, and a breath between phrases (shorter
+# gaps are inside words and between close words)
+LONG_TURN_MS = 8_000
+LONG_TURN_SILENCE_MS = 200
 
 
 @dataclass(frozen=True)
@@ -45,14 +53,22 @@ class TurnDetector:
     of the stream in order with :meth:`push`; :attr:`speaking` says whether a turn is open."""
 
     def __init__(self, threshold: float = 0.5, prefix_padding_ms: int = 300,
-                 silence_duration_ms: int = 500, window: int = WINDOW):
+                 silence_duration_ms: int = 500, window: int = WINDOW,
+                 long_turn_ms: int = LONG_TURN_MS, long_turn_silence_ms: int = LONG_TURN_SILENCE_MS):
         self.threshold = threshold
         self.low = max(0.0, threshold - HYSTERESIS)
         self.prefix = prefix_padding_ms * SAMPLE_RATE // 1000
         self.silence = silence_duration_ms * SAMPLE_RATE // 1000
+        self.long_turn = long_turn_ms * SAMPLE_RATE // 1000
+        self.long_silence = min(self.silence, long_turn_silence_ms * SAMPLE_RATE // 1000)
         self.window = window
         self.speaking = False
+        self._turn_start = 0  # start of the open turn's first speech window
         self._last_speech_end = 0  # end of the last window at or above the threshold
+
+    def _silence_needed(self) -> int:
+        long = self._last_speech_end - self._turn_start >= self.long_turn
+        return self.long_silence if long else self.silence
 
     def push(self, probabilities: Iterable[float], first_sample: int) -> list[TurnEvent]:
         """Windows of :attr:`window` samples, the first starting at ``first_sample``."""
@@ -63,13 +79,19 @@ class TurnDetector:
             if p >= self.threshold:
                 if not self.speaking:
                     self.speaking = True
+                    self._turn_start = at
                     events.append(TurnEvent("start", max(0, at - self.prefix)))
                 self._last_speech_end = end
-            elif self.speaking and p < self.low and end - self._last_speech_end >= self.silence:
+            elif self.speaking and p < self.low and end - self._last_speech_end >= self._silence_needed():
                 self.speaking = False
                 events.append(TurnEvent("stop", self._last_speech_end))
             at = end
         return events
+
+    def pause(self, now: int) -> int:
+        """Samples since the open turn's last speech window ended, up to ``now`` (0 when no turn
+        is open): how long the speaker has been quiet, not yet long enough to end the turn."""
+        return max(0, now - self._last_speech_end) if self.speaking else 0
 
     def reset(self) -> None:
         self.speaking = False

@@ -25,9 +25,11 @@ class FakeEngine:
     has_voices = True
     match_threshold = 0.5
 
-    def __init__(self, fail: bool = False):
+    def __init__(self, fail: bool = False, voices=None):
         self.calls = 0
+        self.decodes = []  # (samples, timed) of every decode
         self.fail = fail
+        self.found = voices  # audio -> Voices (the item's own diarization), or None: nobody found
 
     def busy(self) -> bool:
         return False
@@ -36,9 +38,12 @@ class FakeEngine:
         self.calls += 1
         return fn()
 
-    def decode(self, audio, config):
+    beside = run
+
+    def decode(self, audio, config, timed=True):
         from speaker_asr.live.session import Decoded
 
+        self.decodes.append((len(audio), timed))
         if self.fail:
             raise RuntimeError("boom")
         n = int(len(audio) / SR * 2)  # two words a second
@@ -48,6 +53,9 @@ class FakeEngine:
     def embed(self, audio):
         loud = float(np.abs(audio).mean() > 0.2)
         return np.array([1.0 - loud, loud])
+
+    def voices(self, audio, decoded, config):
+        return self.found(audio, decoded) if self.found is not None else None
 
 
 class LoudVad:
@@ -121,6 +129,16 @@ def test_turn_detector_starts_with_padding_and_stops_after_the_silence():
     assert d.push([0.1], 15 * WINDOW) == [TurnEvent("stop", 13 * WINDOW)] and not d.speaking
 
 
+def test_a_long_turn_ends_at_a_shorter_pause():
+    d = TurnDetector(0.5, prefix_padding_ms=0, silence_duration_ms=500, long_turn_ms=1000,
+                     long_turn_silence_ms=128)
+    speech_windows, pause = [0.9] * 20, [0.0] * 5  # 640 ms of speech, a 160 ms pause
+    assert d.push(speech_windows + pause, 0) == [TurnEvent("start", 0)]  # before 1 s: the pause is not enough
+    assert d.push(speech_windows, 25 * WINDOW) == []
+    assert d.push(pause, 45 * WINDOW) == [TurnEvent("stop", 45 * WINDOW)]  # past 1 s: it is
+    assert TurnDetector(0.5, silence_duration_ms=96, long_turn_silence_ms=200).long_silence == 96 * SR // 1000
+
+
 def test_server_vad_opens_and_commits_an_item_with_deltas_completed_and_a_segment():
     audio = np.concatenate([silence(1.0), speech(3.0), silence(1.0)])
     sent = run_session(frames(audio))
@@ -150,6 +168,40 @@ def test_two_utterances_of_different_voices_get_two_speakers_and_chained_items()
     committed = [e for e in sent if e["type"].endswith(".committed")]
     assert committed[0]["previous_item_id"] is None
     assert committed[1]["previous_item_id"] == committed[0]["item_id"]
+
+
+def test_an_item_with_two_voices_gets_a_segment_per_voice():
+    """The item's own diarization found two voices (the fake: the first half of the words one,
+    the rest another): two segment events, each with its words' text and times, and the labels
+    come back for the same voices in the next item."""
+    from speaker_asr.live.session import Voices
+    from speaker_asr.result import SpeakerTurn
+
+    def found(audio, decoded):
+        half = len(decoded.words) // 2
+        first, second = decoded.words[:half], decoded.words[half:]
+        turns = [SpeakerTurn("L1", "".join(w.text for w in first), first[0].start, first[-1].end, first),
+                 SpeakerTurn("L2", "".join(w.text for w in second), second[0].start, second[-1].end, second)]
+        return Voices(turns, {"L1": [1.0, 0.0], "L2": [0.0, 1.0]}, {"L1": 1.5, "L2": 1.5})
+
+    audio = np.concatenate([silence(0.5), speech(3.0), silence(1.0), speech(3.0), silence(1.0)])
+    sent = run_session(frames(audio), engine=FakeEngine(voices=found))
+    segments = [e for e in sent if e["type"].endswith(".segment")]
+    assert [s["speaker"] for s in segments] == ["SPEAKER_00", "SPEAKER_01"] * 2
+    completed = [e for e in sent if e["type"].endswith(".completed")]
+    assert " ".join(s["text"] for s in segments[:2]) == completed[0]["transcript"]
+    assert segments[0]["end"] <= segments[1]["start"] and segments[1]["end"] <= segments[2]["start"]
+    assert len({s["id"] for s in segments}) == 4
+
+
+def test_the_final_decode_reuses_the_timed_decode_made_in_the_pause_that_ended_the_item():
+    engine = FakeEngine()
+    sent = run_session(frames(np.concatenate([silence(0.5), speech(3.0), silence(1.0)])), engine=engine)
+    timed = [n for n, t in engine.decodes if t]
+    assert timed and all(n / SR < 3.4 for n in timed)  # decoded in the pause, not the committed audio
+    assert sum(1 for _, t in engine.decodes if t) == 1 and engine.decodes[-1][1]  # no decode after it
+    completed = next(e for e in sent if e["type"].endswith(".completed"))
+    assert completed["transcript"].startswith("w0") and completed["usage"]["seconds"] > 3.4
 
 
 def test_a_long_utterance_is_split_at_30_s():

@@ -20,6 +20,11 @@ def at(angle_deg: float) -> list[float]:
     return [math.cos(r), math.sin(r)]
 
 
+def at3(angle_deg: float) -> list[float]:
+    """A 3-D voice in A and B's plane, ``angle_deg`` from A (B is at 90)."""
+    return at(angle_deg) + [0.0]
+
+
 def labels(speakers: OnlineSpeakers, voices, duration: float = 2.0) -> list:
     return [speakers.assign(v, duration).speaker for v in voices]
 
@@ -155,3 +160,40 @@ def test_known_speakers_added_later_and_mistakes():
         OnlineSpeakers(threshold=1.5)
     with pytest.raises(KeyError):
         speakers.centroid("nobody")
+
+
+def test_two_voices_of_one_utterance_never_join_one_speaker():
+    """The utterance's own diarization told them apart: the longer voice takes the nearest
+    speaker, the other one opens a new one though it is near that speaker too."""
+    speakers = OnlineSpeakers(threshold=0.7)
+    assert speakers.assign(at(0), 3.0).speaker == "SPEAKER_00"
+    group = speakers.assign_group([(at(20), 1.5), (at(10), 4.0)])
+    assert [a.speaker for a in group] == ["SPEAKER_01", "SPEAKER_00"]  # the order given
+    assert group[1].by_voice and group[0].new
+    # later, each voice goes back to its own speaker
+    assert [a.speaker for a in speakers.assign_group([(at(10), 2.0), (at(22), 2.0)])] \
+        == ["SPEAKER_00", "SPEAKER_01"]
+
+
+def test_a_short_voice_of_an_utterance_joins_a_speaker_heard_or_the_main_voice():
+    speakers = OnlineSpeakers(threshold=0.7)
+    labels(speakers, [A, B])  # SPEAKER_00 = A, SPEAKER_01 = B
+    before = speakers.centroid("SPEAKER_01")
+    group = speakers.assign_group([(A, 5.0), (at3(95), 0.4), (C, 0.5)])
+    # the short voice near B takes B (its centroid left alone); the one near nobody: the main voice
+    assert [a.speaker for a in group] == ["SPEAKER_00", "SPEAKER_01", "SPEAKER_00"]
+    assert np.allclose(speakers.centroid("SPEAKER_01"), before) and not group[1].by_voice
+    assert speakers.labels == ["SPEAKER_00", "SPEAKER_01"] and speakers.previous == "SPEAKER_00"
+
+
+def test_a_group_of_short_voices_at_the_session_start_has_no_speaker():
+    speakers = OnlineSpeakers(threshold=0.7)
+    assert [a.speaker for a in speakers.assign_group([(A, 0.3), (None, 0.2)])] == [None, None]
+    assert speakers.labels == []
+
+
+def test_a_group_at_the_cap_takes_the_nearest_speakers_left():
+    speakers = OnlineSpeakers(threshold=0.9, max_speakers=2)
+    labels(speakers, [A, B])
+    group = speakers.assign_group([(at3(40), 3.0), (at3(30), 2.0)])  # both nearer A than B
+    assert [a.speaker for a in group] == ["SPEAKER_00", "SPEAKER_01"]

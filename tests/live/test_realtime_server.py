@@ -183,3 +183,70 @@ def test_the_openai_sdk_realtime_client(live):
     kinds, completed = asyncio.run(main())
     assert kinds[0] == "input_audio_buffer.committed" and "error" not in kinds
     assert completed.usage.seconds == pytest.approx(1.5, abs=0.05)
+
+
+def real_speech(start: float, end: float, sr: int) -> np.ndarray:
+    """Seconds ``start`` to ``end`` of pyannote.audio's own sample (real speech, two speakers;
+    it ships in the package) at ``sr``."""
+    from math import gcd
+    from pathlib import Path
+
+    import soundfile as sf
+    from scipy.signal import resample_poly
+
+    import pyannote.audio
+
+    audio, rate = sf.read(str(Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"), dtype="float32")
+    audio = audio[int(start * rate):int(end * rate)]
+    g = gcd(sr, rate)
+    return resample_poly(audio, sr // g, rate // g).astype(np.float32)
+
+
+def test_the_openai_sdk_with_server_vad_on_real_speech(live):
+    """Real speech through the SDK's realtime client with server VAD (OpenAI's defaults): silero
+    hears the turns, each committed item is completed, its text came as deltas, and its
+    segment events carry speakers; everything on one item id per utterance."""
+    openai = pytest.importorskip("openai")
+    client = openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0,
+                                websocket_base_url=live.url.replace("http://", "ws://") + "/v1")
+    import asyncio
+
+    audio = real_speech(6.0, 26.0, 24_000)  # speech from 0.8 s, pauses at about 1.2, 12 and 16 s
+
+    async def main():
+        async with client.realtime.connect(model="whisper-tiny", extra_query={"intent": "transcription"}) as conn:
+            await conn.session.update(session={"type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": {"type": "server_vad"}}}})
+            for i in range(0, len(audio), 480):  # 20 ms frames, as fast as the server reads them
+                pcm = (np.clip(audio[i:i + 480], -1, 1) * 32767).astype("<i2").tobytes()
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm).decode())
+            await conn.input_audio_buffer.commit()  # the speech still open at the end
+            events, committed, done = [], set(), set()
+            while not committed or committed - done or any(
+                    e.type.endswith(".completed") and e.transcript and e.item_id not in
+                    {s.item_id for s in events if s.type.endswith(".segment")} for e in events):
+                event = await asyncio.wait_for(conn.recv(), 120)
+                events.append(event)
+                if event.type == "input_audio_buffer.committed":
+                    committed.add(event.item_id)
+                elif event.type.endswith((".completed", ".failed")):
+                    done.add(event.item_id)
+            return events
+
+    events = asyncio.run(main())
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["session.created", "session.updated"] and "error" not in kinds, kinds
+    started = [e for e in events if e.type == "input_audio_buffer.speech_started"]
+    stopped = [e for e in events if e.type == "input_audio_buffer.speech_stopped"]
+    assert len(started) >= 2 and stopped, kinds  # the VAD ended at least one turn by itself
+    assert all(a.audio_start_ms < b.audio_end_ms for a, b in zip(started, stopped))
+    completed = [e for e in events if e.type.endswith(".completed")]
+    segments = [e for e in events if e.type.endswith(".segment")]
+    assert [e.item_id for e in completed] == [e.item_id for e in events if e.type == "input_audio_buffer.committed"]
+    assert any(c.transcript for c in completed), completed  # the tiny model wrote something
+    for c in completed:
+        deltas = "".join(e.delta for e in events if e.type.endswith(".delta") and e.item_id == c.item_id)
+        assert deltas.strip() == c.transcript.strip() or not c.transcript
+        mine = [s for s in segments if s.item_id == c.item_id]
+        assert bool(mine) == bool(c.transcript), (c, mine)
+        assert all(s.speaker.startswith("SPEAKER_") and 0.0 <= s.start <= s.end <= 20.05 for s in mine)

@@ -1,0 +1,462 @@
+"""Live transcription measured: recordings streamed at their own pace through the official openai
+SDK's realtime client (``client.realtime.connect``) to ``/v1/realtime?intent=transcription`` with
+server VAD, as a microphone would send them (20 ms frames of 24 kHz PCM, OpenAI's format), and
+the same recordings through the file endpoint for comparison.
+
+    # the real AMI meetings (../shared/real-meetings), whisper tiny.en and base, real time
+    .venv/bin/python bench/live_replay.py --models tiny.en,base
+    # any WAV files (or folders in the real-meetings layout), against a server already running
+    .venv/bin/python bench/live_replay.py talk.wav --url http://127.0.0.1:8080 --key "$API_KEY"
+
+Per model it starts ``python -m speaker_asr serve`` on a free loopback port with the real models
+(``$REAL_MODELS_DIR``: the Whisper folder, the kit's offline pyannote pipeline, no assistant) and
+the warm-up on, then per recording:
+
+1. the live session: ``session.update`` (``server_vad`` with ``--threshold``, ``--prefix-ms``,
+   ``--silence-ms``; ``return_word_timestamps``), the audio in frames of ``--frame-ms`` sent on a
+   fixed schedule (``--speed`` 1 = real time), then a commit for what is still open; every
+   server event is kept with the time it came;
+2. the file endpoint (``POST /``, the whole recording, the same models), after the live session
+   has ended, so the two never share the CPU.
+
+What is measured (times on this machine's clock; an audio time is turned into a wall time by
+when the frame that carries it was sent):
+
+* **end -> completed**: from the end of an utterance (``speech_stopped``'s ``audio_end_ms``, the
+  end of its last speech) to its ``completed`` event. It includes the ``--silence-ms`` the VAD
+  waits before it may call the speech over; ``commit -> completed`` leaves that wait out.
+  Utterances ended by the 30 s cap or the closing commit have no ``speech_stopped`` and are not in
+  these figures.
+* **speech -> first delta**: from the speech's start (``audio_start_ms`` plus the prefix padding
+  the VAD put before it) to the item's first ``delta`` event, whether it came from a partial
+  decode while the person spoke or with the final decode; ``before its end`` counts the items
+  whose first delta came before their ``speech_stopped``.
+* **WER / WDER**: the live transcript (the items' ``segment`` events, each word with its
+  segment's speaker; an item without one: its ``completed`` text without a speaker) and the file
+  endpoint's against the recording's reference words when it has them (``ref.words.json``, the
+  real-meetings layout; scored as eval/evaluate.py scores, eval/metrics.py), otherwise the live
+  transcript against the file endpoint's (its text and speakers as the reference).
+
+Output: one table per model and a pooled one on stdout, everything in
+``$BENCH_RESULTS_DIR/live-replay-<time>.json`` (events with their times included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+import common
+
+sys.path.insert(0, str(common.ROOT / "eval"))
+from metrics import HypToken, RefToken, normalize_text, normalize_word, ratio, wder_counts, wer_counts  # noqa: E402
+
+MEETINGS = common.ROOT.parent / "shared" / "real-meetings"
+SEGMENT = "conversation.item.input_audio_transcription.segment"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+DELTA = "conversation.item.input_audio_transcription.delta"
+FAILED = "conversation.item.input_audio_transcription.failed"
+RATE = 24_000  # what the client sends: OpenAI's audio/pcm
+
+
+@dataclass
+class Recording:
+    name: str
+    path: Path
+    audio: np.ndarray  # 16 kHz float32
+    reference: Optional[list[RefToken]]  # from ref.words.json, else None
+
+
+@dataclass
+class Replay:
+    """One live session: the events with the time each came, and when each frame was sent."""
+
+    events: list[tuple[float, dict]] = field(default_factory=list)
+    frame_sent: list[float] = field(default_factory=list)  # wall time after frame k was sent
+    frame_ms: float = 20.0
+    started: float = 0.0
+    ended: float = 0.0
+
+    def sent_at(self, audio_ms: float) -> Optional[float]:
+        """When the frame carrying the audio up to ``audio_ms`` had been sent."""
+        if not self.frame_sent:
+            return None
+        k = min(len(self.frame_sent) - 1, max(0, math.ceil(audio_ms / self.frame_ms) - 1))
+        return self.frame_sent[k]
+
+    def of(self, kind: str) -> list[tuple[float, dict]]:
+        return [(t, e) for t, e in self.events if e["type"] == kind]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def read_recording(path: Path, max_seconds: Optional[float]) -> Recording:
+    """A WAV file, or a folder in the real-meetings layout (``audio.wav`` + ``ref.words.json``)."""
+    folder = path if path.is_dir() else None
+    wav = folder / "audio.wav" if folder else path
+    audio = common._read16k(wav)
+    if max_seconds:
+        audio = audio[:int(max_seconds * common.SR)]
+    reference = None
+    words_file = folder / "ref.words.json" if folder else None
+    if words_file and words_file.exists():
+        words = sorted(json.loads(words_file.read_text()), key=lambda w: w["start"])
+        if max_seconds:
+            words = [w for w in words if w["start"] < max_seconds]
+        reference = [RefToken(tok, w["speaker"], i, "middle") for i, w in enumerate(words)
+                     for tok in normalize_word(w["word"])]
+    name = folder.name if folder else wav.stem
+    return Recording(name.split("_0000")[0], wav, audio, reference)
+
+
+def inputs(args) -> list[Recording]:
+    paths = [Path(p) for p in args.inputs] or sorted(p for p in Path(args.meetings_dir).iterdir() if p.is_dir())
+    return [read_recording(p, args.max_seconds) for p in paths]
+
+
+def pcm24k(audio16k: np.ndarray) -> bytes:
+    from scipy.signal import resample_poly
+
+    audio = resample_poly(audio16k.astype(np.float64), 3, 2)
+    return (np.clip(audio, -1.0, 1.0) * 32767).round().astype("<i2").tobytes()
+
+
+# --------------------------------------------------------------------------- the live session
+
+
+async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
+    from openai import AsyncOpenAI
+
+    ws = url.replace("http://", "ws://").replace("https://", "wss://")
+    client = AsyncOpenAI(base_url=url + "/v1", api_key=key or "unused", websocket_base_url=ws + "/v1",
+                         max_retries=0)
+    pcm = pcm24k(audio16k)
+    step = int(RATE * args.frame_ms / 1000) * 2  # bytes per frame
+    out = Replay(frame_ms=args.frame_ms)
+    async with client.realtime.connect(model="whisper", extra_query={"intent": "transcription"}) as conn:
+        await conn.session.update(session={
+            "type": "transcription",
+            "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": RATE},
+                "turn_detection": {"type": "server_vad", "threshold": args.threshold,
+                                   "prefix_padding_ms": args.prefix_ms,
+                                   "silence_duration_ms": args.silence_ms}}},
+            "speaker_asr": {"return_word_timestamps": True}})
+        committed: set[str] = set()
+        done: set[str] = set()
+        segmented: set[str] = set()
+        sent_all = asyncio.Event()
+
+        async def receive():
+            async for event in conn:
+                data = event.to_dict() if hasattr(event, "to_dict") else dict(event)
+                out.events.append((time.perf_counter(), data))
+                kind = data["type"]
+                if kind == "input_audio_buffer.committed":
+                    committed.add(data["item_id"])
+                elif kind in (COMPLETED, FAILED):
+                    done.add(data["item_id"])
+                elif kind == SEGMENT:
+                    segmented.add(data["item_id"])
+                elif kind == "error":
+                    print(f"  error event: {data['error'].get('message')}", file=sys.stderr)
+                if sent_all.is_set() and committed <= done and committed <= segmented | _empty(out):
+                    return
+
+        receiver = asyncio.ensure_future(receive())
+        out.started = start = time.perf_counter()
+        for k, i in enumerate(range(0, len(pcm), step)):
+            due = start + k * args.frame_ms / 1000 / args.speed
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + step]).decode())
+            out.frame_sent.append(time.perf_counter())
+            if receiver.done():
+                break
+        await conn.input_audio_buffer.commit()  # what is still open (an error if nothing is: fine)
+        sent_all.set()
+        try:
+            await asyncio.wait_for(receiver, args.drain_timeout)
+        except asyncio.TimeoutError:
+            print(f"  not every item completed within {args.drain_timeout:g} s of the audio's end", file=sys.stderr)
+        out.ended = time.perf_counter()
+    return out
+
+
+def _empty(out: Replay) -> set[str]:
+    """Items completed with no text (they get no segment)."""
+    return {e["item_id"] for _, e in out.of(COMPLETED) if not e.get("transcript", "").strip()}
+
+
+# --------------------------------------------------------------------------- measures
+
+
+def live_tokens(out: Replay) -> list[HypToken]:
+    """The live transcript as tokens: each item's segments (their speakers), in commit order; an
+    item without a segment: its completed text, no speaker."""
+    order = [e["item_id"] for _, e in out.of("input_audio_buffer.committed")]
+    completed = {e["item_id"]: e["transcript"] for _, e in out.of(COMPLETED)}
+    segments: dict[str, list[dict]] = {}
+    for _, e in out.of(SEGMENT):
+        segments.setdefault(e["item_id"], []).append(e)
+    tokens = []
+    for item in order:
+        parts = [(s["text"], s["speaker"]) for s in segments.get(item, [])] or [(completed.get(item, ""), None)]
+        for text, speaker in parts:
+            tokens += [HypToken(t, speaker) for t in normalize_text(text)]
+    return tokens
+
+
+def file_tokens(result: dict) -> list[HypToken]:
+    """The file endpoint's ``json`` answer as tokens: its chunks (segments split where the
+    speaker changes), each token with its chunk's speaker."""
+    return [HypToken(t, chunk.get("speaker")) for chunk in result.get("chunks", [])
+            for t in normalize_text(chunk.get("text", ""))]
+
+
+def as_reference(tokens: list[HypToken]) -> list[RefToken]:
+    return [RefToken(t.text, t.speaker or "<none>", i, "middle") for i, t in enumerate(tokens)]
+
+
+def timings(out: Replay, prefix_ms: int) -> dict:
+    """The latencies of one session (seconds), see the module's docstring."""
+    completed = {e["item_id"]: t for t, e in out.of(COMPLETED)}
+    committed = {e["item_id"]: t for t, e in out.of("input_audio_buffer.committed")}
+    stopped = {e["item_id"]: e["audio_end_ms"] for _, e in out.of("input_audio_buffer.speech_stopped")}
+    stopped_at = {e["item_id"]: t for t, e in out.of("input_audio_buffer.speech_stopped")}
+    started = {e["item_id"]: e["audio_start_ms"] for _, e in out.of("input_audio_buffer.speech_started")}
+    first_delta: dict[str, float] = {}
+    for t, e in out.of(DELTA):
+        first_delta.setdefault(e["item_id"], t)
+    end_to_completed, commit_to_completed, speech_to_delta, early = [], [], [], 0
+    for item, t_done in completed.items():
+        if item in stopped:
+            sent = out.sent_at(stopped[item])
+            if sent is not None:
+                end_to_completed.append(t_done - sent)
+        if item in committed:
+            commit_to_completed.append(t_done - committed[item])
+        if item in first_delta and item in started:
+            onset = started[item] + prefix_ms if started[item] > 0 else started[item]
+            sent = out.sent_at(onset)
+            if sent is not None:
+                speech_to_delta.append(first_delta[item] - sent)
+            if item in stopped_at and first_delta[item] < stopped_at[item]:
+                early += 1
+    return {"end_to_completed": end_to_completed, "commit_to_completed": commit_to_completed,
+            "speech_to_first_delta": speech_to_delta, "first_delta_before_end": early,
+            "items": len(committed), "completed": len(completed),
+            "failed": len(out.of(FAILED)), "deltas": len(out.of(DELTA)), "segments": len(out.of(SEGMENT)),
+            "speakers": sorted({e["speaker"] for _, e in out.of(SEGMENT)}),
+            "errors": [e["error"].get("message") for _, e in out.of("error")]}
+
+
+def quantile(values: list[float], q: float) -> Optional[float]:
+    return float(np.quantile(values, q)) if values else None
+
+
+def score(reference: list[RefToken], hyp: list[HypToken]) -> dict:
+    w = wer_counts([t.text for t in reference], [t.text for t in hyp])
+    sp = wder_counts(reference, hyp)
+    return {"wer_errors": w.errors, "ref_words": w.length, "spk_errors": sp.errors, "spk_scored": sp.scored}
+
+
+# --------------------------------------------------------------------------- one model
+
+
+def post_file(url: str, key: str, audio16k: np.ndarray) -> dict:
+    import requests
+
+    headers = {"Content-Type": "audio/wav"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    session = requests.Session()
+    session.trust_env = False
+    r = session.post(url + "/", data=common.wav_bytes(audio16k), headers=headers, timeout=3600)
+    r.raise_for_status()
+    return r.json()
+
+
+def run_model(url: str, key: str, recordings: list[Recording], args) -> list[dict]:
+    rows = []
+    for rec in recordings:
+        print(f"  {rec.name}: live ({len(rec.audio) / common.SR:.1f} s at {args.speed:g}x)", file=sys.stderr)
+        out = asyncio.run(replay(url, key, rec.audio, args))
+        row = {"name": rec.name, "seconds": len(rec.audio) / common.SR, **timings(out, args.prefix_ms),
+               "live_text": " ".join(t.text for t in live_tokens(out))}
+        if not args.no_file:
+            print(f"  {rec.name}: file endpoint", file=sys.stderr)
+            t0 = time.perf_counter()
+            result = post_file(url, key, rec.audio)
+            row["file_seconds"] = time.perf_counter() - t0
+            hyp_file = file_tokens(result)
+            row["file_text"] = " ".join(t.text for t in hyp_file)
+            if rec.reference is not None:
+                row["live"] = score(rec.reference, live_tokens(out))
+                row["file"] = score(rec.reference, hyp_file)
+            row["live_vs_file"] = score(as_reference(hyp_file), live_tokens(out))
+        elif rec.reference is not None:
+            row["live"] = score(rec.reference, live_tokens(out))
+        row["events"] = [(round(t - out.started, 4), e) for t, e in out.events]
+        rows.append(row)
+    return rows
+
+
+def start_server(model: str, args, log_dir: Path):
+    from speaker_asr.testing.server import ServerProcess
+
+    env = dict(os.environ)
+    env.update(ASR_MODEL=str(common.MODELS[model]["hf"]) if model in common.MODELS else model,
+               ASSISTANT_MODEL="", DIARIZATION_MODEL=str(common.PIPELINE), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false", TOKENIZERS_PARALLELISM="false",
+               LOG_LEVEL="warning", MAX_SESSIONS="1")
+    env.pop("API_KEY", None)
+    if args.threads:
+        env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    server = ServerProcess(f"live-{Path(model).name}", env, log_dir)
+    loaded = server.wait_ready(timeout=900)
+    print(f"{model}: server ready in {loaded:.1f} s", file=sys.stderr)
+    return server
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def fmt(x, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def pct(errors: int, total: int) -> str:
+    r = ratio(errors, total)
+    return "-" if r is None else f"{100 * r:.1f} % ({errors}/{total})"
+
+
+def pooled(rows: list[dict], key: str) -> Optional[dict]:
+    scored = [r[key] for r in rows if key in r]
+    if not scored:
+        return None
+    return {k: sum(s[k] for s in scored) for k in ("wer_errors", "ref_words", "spk_errors", "spk_scored")}
+
+
+def table(model: str, rows: list[dict]) -> list[str]:
+    lines = [f"### {model}", "",
+             "| file | audio s | items | deltas | segments | speakers | end -> completed p50 / max s "
+             "| speech -> first delta p50 s | live WER | file WER | live WDER | file WDER | live vs file WER |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---|---|---|---|---|"]
+    for r in rows:
+        live, file, vs = r.get("live"), r.get("file"), r.get("live_vs_file")
+        lines.append(
+            f"| {r['name']} | {r['seconds']:.1f} | {r['completed']}/{r['items']} | {r['deltas']} | {r['segments']} "
+            f"| {len(r['speakers'])} | {fmt(quantile(r['end_to_completed'], 0.5))} / "
+            f"{fmt(max(r['end_to_completed'], default=None))} | {fmt(quantile(r['speech_to_first_delta'], 0.5))} "
+            f"| {pct(live['wer_errors'], live['ref_words']) if live else '-'} "
+            f"| {pct(file['wer_errors'], file['ref_words']) if file else '-'} "
+            f"| {pct(live['spk_errors'], live['spk_scored']) if live else '-'} "
+            f"| {pct(file['spk_errors'], file['spk_scored']) if file else '-'} "
+            f"| {pct(vs['wer_errors'], vs['ref_words']) if vs else '-'} |")
+    return lines
+
+
+def summary(model: str, rows: list[dict]) -> dict:
+    gather = lambda k: [x for r in rows for x in r[k]]  # noqa: E731
+    return {"model": model, "files": len(rows), "items": sum(r["items"] for r in rows),
+            "completed": sum(r["completed"] for r in rows), "failed": sum(r["failed"] for r in rows),
+            "end_to_completed": gather("end_to_completed"), "commit_to_completed": gather("commit_to_completed"),
+            "speech_to_first_delta": gather("speech_to_first_delta"),
+            "first_delta_before_end": sum(r["first_delta_before_end"] for r in rows),
+            "live": pooled(rows, "live"), "file": pooled(rows, "file"), "live_vs_file": pooled(rows, "live_vs_file")}
+
+
+def summary_table(summaries: list[dict]) -> list[str]:
+    lines = ["| model | files | items (failed) | end -> completed p50 / p95 / max s | commit -> completed p50 / p95 s "
+             "| speech -> first delta p50 / p95 s | first delta before the end | live WER | file WER | live WDER "
+             "| file WDER | live WDER / file WDER |",
+             "|---|---:|---|---|---|---|---|---|---|---|---|---:|"]
+    for s in summaries:
+        e2c, c2c, s2d = s["end_to_completed"], s["commit_to_completed"], s["speech_to_first_delta"]
+        live, file = s["live"], s["file"]
+        rel = None
+        if live and file and ratio(file["spk_errors"], file["spk_scored"]):
+            rel = ratio(live["spk_errors"], live["spk_scored"]) / ratio(file["spk_errors"], file["spk_scored"])
+        lines.append(
+            f"| {s['model']} | {s['files']} | {s['completed']}/{s['items']} ({s['failed']}) "
+            f"| {fmt(quantile(e2c, 0.5))} / {fmt(quantile(e2c, 0.95))} / {fmt(max(e2c, default=None))} "
+            f"| {fmt(quantile(c2c, 0.5))} / {fmt(quantile(c2c, 0.95))} "
+            f"| {fmt(quantile(s2d, 0.5))} / {fmt(quantile(s2d, 0.95))} "
+            f"| {s['first_delta_before_end']}/{len(s2d)} "
+            f"| {pct(live['wer_errors'], live['ref_words']) if live else '-'} "
+            f"| {pct(file['wer_errors'], file['ref_words']) if file else '-'} "
+            f"| {pct(live['spk_errors'], live['spk_scored']) if live else '-'} "
+            f"| {pct(file['spk_errors'], file['spk_scored']) if file else '-'} | {fmt(rel)} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="*", help="WAV files or real-meetings folders (default: every clip of --meetings-dir)")
+    p.add_argument("--meetings-dir", default=str(MEETINGS))
+    p.add_argument("--models", default="tiny.en,base", help="tiny.en, base (the real-models kit) or Whisper folders")
+    p.add_argument("--url", help="a server already running (its models; --models is then only a label)")
+    p.add_argument("--key", default=os.environ.get("API_KEY", ""), help="that server's API_KEY (default $API_KEY)")
+    p.add_argument("--speed", type=float, default=1.0, help="1 = real time (the measurement); more for smoke runs")
+    p.add_argument("--frame-ms", type=float, default=20.0)
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--prefix-ms", type=int, default=300)
+    p.add_argument("--silence-ms", type=int, default=500)
+    p.add_argument("--max-seconds", type=float, help="only the first seconds of each recording")
+    p.add_argument("--drain-timeout", type=float, default=120.0,
+                   help="seconds to wait after the audio's end for the last items")
+    p.add_argument("--no-file", action="store_true", help="no file-endpoint comparison")
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the server (default: torch's)")
+    args = p.parse_args(argv)
+    common.setup_env()
+
+    recordings = inputs(args)
+    if not recordings:
+        p.error("no recordings: give WAV files or a --meetings-dir with clips")
+    models = [m for m in args.models.split(",") if m]
+    machine = common.machine()
+    print(f"# Live replay\n\nCPU: {machine['cpu_model']} ({machine['nproc']} cores; "
+          f"{machine.get('cpu_capability', '?')}); load average before: {common.loadavg()}; "
+          f"{len(recordings)} recordings, {sum(len(r.audio) for r in recordings) / common.SR:.0f} s, "
+          f"{args.frame_ms:g} ms frames at {args.speed:g}x real time; server VAD threshold {args.threshold:g}, "
+          f"prefix {args.prefix_ms} ms, silence {args.silence_ms} ms\n")
+    results, summaries, lines = {}, [], []
+    with tempfile.TemporaryDirectory() as logs:
+        for model in models:
+            server = None if args.url else start_server(model, args, Path(logs))
+            try:
+                rows = run_model(args.url or server.url, args.key if args.url else "", recordings, args)
+            finally:
+                if server is not None:
+                    server.stop()
+            results[model] = rows
+            summaries.append(summary(model, rows))
+            lines += table(model, rows) + [""]
+    print("\n".join(["## Pooled", ""] + summary_table(summaries) + ["", "## Per file", ""] + lines))
+    print(f"load average after: {common.loadavg()}")
+    common.RESULTS.mkdir(parents=True, exist_ok=True)
+    path = common.RESULTS / f"live-replay-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"machine": machine, "args": vars(args), "summaries": summaries,
+                                "results": results}, indent=1, default=str))
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
