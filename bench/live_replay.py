@@ -123,7 +123,8 @@ def read_recording(path: Path, max_seconds: Optional[float]) -> Recording:
 
 
 def inputs(args) -> list[Recording]:
-    paths = [Path(p) for p in args.inputs] or sorted(p for p in Path(args.meetings_dir).iterdir() if p.is_dir())
+    paths = [Path(p) for p in args.inputs] or sorted(p for p in Path(args.meetings_dir).iterdir()
+                                                     if (p / "audio.wav").exists())
     return [read_recording(p, args.max_seconds) for p in paths]
 
 
@@ -157,24 +158,25 @@ async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
             "speaker_asr": {"return_word_timestamps": True}})
         committed: set[str] = set()
         done: set[str] = set()
-        segmented: set[str] = set()
         sent_all = asyncio.Event()
 
         async def receive():
-            async for event in conn:
-                data = event.to_dict() if hasattr(event, "to_dict") else dict(event)
+            while True:
+                try:  # once the audio is sent: done when every item completed and then it is quiet
+                    event = await asyncio.wait_for(conn.recv(), args.quiet_s if sent_all.is_set() else None)
+                except asyncio.TimeoutError:
+                    if committed <= done:
+                        return
+                    continue
+                data = event.to_dict()
                 out.events.append((time.perf_counter(), data))
                 kind = data["type"]
                 if kind == "input_audio_buffer.committed":
                     committed.add(data["item_id"])
                 elif kind in (COMPLETED, FAILED):
                     done.add(data["item_id"])
-                elif kind == SEGMENT:
-                    segmented.add(data["item_id"])
                 elif kind == "error":
                     print(f"  error event: {data['error'].get('message')}", file=sys.stderr)
-                if sent_all.is_set() and committed <= done and committed <= segmented | _empty(out):
-                    return
 
         receiver = asyncio.ensure_future(receive())
         out.started = start = time.perf_counter()
@@ -195,11 +197,6 @@ async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
             print(f"  not every item completed within {args.drain_timeout:g} s of the audio's end", file=sys.stderr)
         out.ended = time.perf_counter()
     return out
-
-
-def _empty(out: Replay) -> set[str]:
-    """Items completed with no text (they get no segment)."""
-    return {e["item_id"] for _, e in out.of(COMPLETED) if not e.get("transcript", "").strip()}
 
 
 # --------------------------------------------------------------------------- measures
@@ -421,6 +418,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-seconds", type=float, help="only the first seconds of each recording")
     p.add_argument("--drain-timeout", type=float, default=120.0,
                    help="seconds to wait after the audio's end for the last items")
+    p.add_argument("--quiet-s", type=float, default=3.0,
+                   help="after the audio, the session ends once every item is completed and no event came for this long")
     p.add_argument("--no-file", action="store_true", help="no file-endpoint comparison")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the server (default: torch's)")
     args = p.parse_args(argv)

@@ -13,7 +13,8 @@ Turns
     * ``server_vad``: silero-vad (:mod:`.vad`) on every 32 ms window as it arrives. While no one
       speaks the buffer keeps only ``prefix_padding_ms``; speech opens an item
       (``speech_started``, ``audio_start_ms`` including the padding), and ``silence_duration_ms``
-      of silence closes it (``speech_stopped`` at the end of the last speech window, then
+      of silence closes it (after 8 s of speech a 200 ms pause does:
+      :data:`~speaker_asr.live.vad.LONG_TURN_MS`) (``speech_stopped`` at the end of the last speech window, then
       ``committed``; the item's audio runs to the stop point plus ``silence_duration_ms``
       at most, the silence heard).
 
@@ -33,18 +34,27 @@ Bounds (each documented in docs/serving.md, "Live")
 
 Decoding (on the server's one model thread, :class:`LiveEngine`; never two model calls at once)
     * While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
-      :data:`PARTIAL_INTERVAL_S` seconds of new audio, skipped when the model is busy with
-      anything else (another session's item, a file request) or this session's previous partial;
-      each decode feeds :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed
-      words go out as ``delta`` events.
+      :data:`PARTIAL_INTERVAL_S` seconds of new audio, and once in each pause of at least
+      :data:`PAUSE_DECODE_S` (with word times: when that pause turns out to end the utterance,
+      this decode already holds all its speech and is its final decode, so the text is ready
+      when the VAD commits); skipped when the model is busy with anything else (another
+      session's item, a file request) or this session's previous partial. Each decode feeds
+      :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
+      ``delta`` events.
     * At commit: the item's full decode (with word times where the model has alignment heads)
-      -> the last ``delta`` and ``completed``; then, with ``speaker_labels`` and a diarization
-      pipeline loaded, the item's voice (the pipeline's embedding model, as known speakers' clips
-      are embedded) -> :class:`~speaker_asr.live.speakers.OnlineSpeakers` -> one ``segment`` event
-      with the ``speaker`` (``start``/``end`` on the audio clock). Items complete in order.
+      -> the last ``delta`` and ``completed`` at once. Then, with ``speaker_labels`` and a
+      diarization pipeline loaded, who speaks in it, on the diarization's own thread (beside
+      the next decodes, as a file request's diarization runs beside its ASR): the pipeline on
+      the item's audio finds its voices, the file route's attribution gives them its words,
+      and :meth:`~speaker_asr.live.speakers.OnlineSpeakers.assign_group` links each voice to
+      the session's speakers (two voices of one item never to one speaker) -> one ``segment``
+      event per speaker turn (``start``/``end`` on the audio clock). When the pipeline hears
+      nobody, the item's voice as a whole (the embedding model) decides one speaker. Items
+      complete in order.
     * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
       it (no internals; the traceback goes to the log); the session goes on. A failed partial
-      decode is logged and skipped.
+      decode is logged and skipped; a failure while finding speakers costs the item its
+      segments only.
 
 Faults: a message that is not an event, bad base64, a bad frame or an unknown event get an
 ``error`` event and the session goes on. :meth:`LiveSession.close` (the client left, or the

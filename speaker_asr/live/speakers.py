@@ -182,14 +182,21 @@ class OnlineSpeakers:
         one is taken). A voice shorter than ``min_duration_s`` opens no speaker and moves no
         centroid: it joins a speaker already heard and not taken in the group when its vector
         is at or above ``threshold`` to it, else takes the group's longest voice's speaker (a
-        short stretch is mostly the main speaker going on). Returned in the order given."""
+        short stretch is mostly the main speaker going on); at the session's start, when every voice
+        is short, the longest one opens the first speaker all the same. Returned in the order
+        given."""
         order = sorted(range(len(stretches)), key=lambda i: -stretches[i][1])
         out: list[Optional[Assignment]] = [None] * len(stretches)
         taken: set[str] = set()
         short = []
+        # nobody heard yet and every voice short: the longest one with a vector opens the first
+        # speaker all the same (someone must, or the session's first words have none)
+        opener = None
+        if not self._heard and not any(d >= self.min_duration_s and unit(e) is not None for e, d in stretches):
+            opener = next((i for i in order if unit(stretches[i][0]) is not None), None)
         for i in order:
             embedding, duration = stretches[i]
-            v = self._vector(embedding) if duration >= self.min_duration_s else None
+            v = self._vector(embedding) if duration >= self.min_duration_s or i == opener else None
             if v is None:
                 short.append(i)
                 continue

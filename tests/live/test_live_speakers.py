@@ -186,10 +186,12 @@ def test_a_short_voice_of_an_utterance_joins_a_speaker_heard_or_the_main_voice()
     assert speakers.labels == ["SPEAKER_00", "SPEAKER_01"] and speakers.previous == "SPEAKER_00"
 
 
-def test_a_group_of_short_voices_at_the_session_start_has_no_speaker():
+def test_a_group_of_short_voices_at_the_session_start_opens_the_first_speaker():
     speakers = OnlineSpeakers(threshold=0.7)
-    assert [a.speaker for a in speakers.assign_group([(A, 0.3), (None, 0.2)])] == [None, None]
-    assert speakers.labels == []
+    assert [a.speaker for a in speakers.assign_group([(None, 0.2)])] == [None]  # no voice at all: none
+    assert [a.speaker for a in speakers.assign_group([(B, 0.3), (A, 0.6), (None, 0.2)])] \
+        == ["SPEAKER_00"] * 3  # the longest opens the first speaker; short ones open none
+    assert speakers.labels == ["SPEAKER_00"] and speakers.previous == "SPEAKER_00"
 
 
 def test_a_group_at_the_cap_takes_the_nearest_speakers_left():

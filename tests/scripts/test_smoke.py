@@ -261,6 +261,35 @@ def test_gpu_benchmark_bare_model_sections(env, tmp_path):
     assert "| assisted (batch 1, 4 tokens) | ms/token | x plain |" in (tmp_path / "gpu_benchmark-smoke.md").read_text()
 
 
+def test_live_replay(env, kit, tmp_path):
+    """bench/live_replay.py: a recording without references (real speech: pyannote.audio's own
+    sample, so silero-vad hears turns) and one in the real-meetings layout, through the openai
+    SDK's realtime client at 10x real time and through the file endpoint; the tables have a row
+    per recording and the pooled row, and the JSON keeps every event."""
+    from pathlib import Path as _Path
+
+    import pyannote.audio
+
+    sample = _Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
+    out = run([sys.executable, "bench/live_replay.py", str(sample), str(kit / "meetings" / "standin_meeting"),
+               "--models", "tiny.en", "--speed", "10", "--max-seconds", "20", "--threads", "1"], env)
+    pooled = table_rows(out, "| model | files | items (failed) | end -> completed p50 / p95 / max s "
+                             "| commit -> completed p50 / p95 s | speech -> first delta p50 / p95 s "
+                             "| first delta before the end | live WER | file WER | live WDER | file WDER "
+                             "| live WDER / file WDER |")
+    assert [r[:2] for r in pooled] == [["tiny.en", "2"]], out
+    rows = table_rows(out, "| file | audio s | items | deltas | segments | speakers | end -> completed p50 / max s "
+                           "| speech -> first delta p50 s | live WER | file WER | live WDER | file WDER "
+                           "| live vs file WER |")
+    assert [r[0] for r in rows] == ["sample", "standin_meeting"], out
+    items = rows[0][2].split("/")
+    assert int(items[1]) >= 1 and items[0] == items[1], rows  # the VAD heard the sample's speech; all completed
+    assert rows[1][8] != "-" and rows[0][8] == "-", rows  # references: the meeting has them, the sample not
+    saved = json.loads(next((tmp_path / "bench-results").glob("live-replay-*.json")).read_text())
+    events = saved["results"]["tiny.en"][0]["events"]
+    assert events[0][1]["type"] == "session.created" and any(e["type"].endswith(".completed") for _, e in events)
+
+
 @heavy
 def test_word_timestamp_memory(env, tmp_path):
     out = run([sys.executable, "bench/word_timestamp_memory.py", "--batches", "1", "--tokens", "4",
