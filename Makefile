@@ -44,6 +44,11 @@ $(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt requirement
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null) \
 		|| echo "warning: could not install ffmpeg (m4a/webm/amr input needs it)"; \
 		else echo "warning: ffmpeg not found (m4a/webm/amr input needs it): install it with your package manager"; fi; }
+	@test -x /usr/bin/chromium || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "warning: could not install chromium (the /live page's browser test skips without it)"; \
+		else echo "warning: /usr/bin/chromium not found (the /live page's browser test, tests/live/test_live_page.py," \
+		"skips without it): install Debian's chromium package"; fi; }
 	touch $@
 
 $(COMPAT)/.installed: $(VENV)/.installed

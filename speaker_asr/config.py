@@ -187,7 +187,8 @@ class ServerSettings(BaseSettings):
     max_queue: int = Field(DEFAULT_MAX_QUEUE, ge=0, le=10_000,
                            description="requests that may wait for the model beside the one it runs")
     api_key: Optional[SecretStr] = Field(
-        None, description="when set, every route but /health needs 'Authorization: Bearer <key>'")
+        None, description="when set, every route but /health and the /live page needs 'Authorization: "
+                          "Bearer <key>'")
     max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=0, le=1000,
                               description="live sessions (/v1/realtime) open at once; one more is "
                                           "refused with an error event")

@@ -18,7 +18,10 @@ Beyond the toolkit:
   (``HF_TOKEN``) and the API key are scrubbed from everything the server writes or answers;
 * OpenAI's audio API (speaker_asr/serving/openai_api.py): ``POST /v1/audio/transcriptions``,
   ``POST /v1/audio/translations``, ``GET /v1/models``;
-* ``API_KEY``: when set, every route but ``/health`` needs ``Authorization: Bearer <key>``;
+* ``API_KEY``: when set, every route but ``/health`` and the ``/live`` page needs ``Authorization:
+  Bearer <key>`` (the live WebSocket takes it in a subprotocol as well: realtime.py);
+* ``GET /live``: a page that streams a browser's microphone to ``/v1/realtime`` and shows the
+  captions with their speakers (live_page.py);
 * a bounded queue (``MAX_QUEUE``): a request that does not fit is answered 503 with
   ``Retry-After`` before its body is read, and a queued request whose client disconnected is
   dropped before the model runs it (runner.py).
@@ -57,7 +60,7 @@ from starlette.routing import Mount, Route
 from speaker_asr.config import ServerSettings
 from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_library_logs,
                                                configure_logging, refresh_secrets, scrub)
-from speaker_asr.serving import openai_api
+from speaker_asr.serving import live_page, openai_api
 from speaker_asr.serving.metrics import Metrics
 from speaker_asr.serving.negotiation import HttpError, read_request
 from speaker_asr.serving.request_path import (ErrorBody, PreparedCall, RequestPath,
@@ -74,12 +77,14 @@ logger = logging.getLogger("server")
 access_logger = logging.getLogger("server.access")
 
 _INCOMING_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-KNOWN_PATHS = ("/", "/health", "/predict", "/metrics", openai_api.TRANSCRIPTIONS,
+KNOWN_PATHS = ("/", "/health", "/predict", "/metrics", live_page.LIVE, openai_api.TRANSCRIPTIONS,
                openai_api.TRANSLATIONS, openai_api.MODELS)
 # the requests that transcribe (counted in the latency histogram, the bytes and in flight)
 INFERENCE_PATHS = PREDICT_PATHS + (openai_api.TRANSCRIPTIONS, openai_api.TRANSLATIONS)
-# what API_KEY leaves open: the health check (orchestrators and load balancers send no key)
-OPEN_PATHS = ("/health",)
+# what API_KEY leaves open: the health check (orchestrators and load balancers send no key) and
+# the live page (a browser cannot send the header; the page holds no data, and its WebSocket
+# checks the key)
+OPEN_PATHS = ("/health", live_page.LIVE)
 
 
 def _metric_path(path: str) -> str:
@@ -165,7 +170,7 @@ class RequestContextMiddleware:
 
 
 class ApiKeyMiddleware:
-    """With ``API_KEY`` set: every request but ``GET /health`` must carry ``Authorization: Bearer
+    """With ``API_KEY`` set: every request but :data:`OPEN_PATHS` must carry ``Authorization: Bearer
     <key>``; anything else is answered 401 in the app's own error shape (``error_body``), before
     its body is read (uvicorn reads and drops a body the app leaves unread, so a client still
     uploading reads the answer). The key is compared in constant time (of SHA-256 digests: not
@@ -295,6 +300,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
             Route("/metrics", metrics_endpoint, methods=["GET"]),
             Route("/", predict, methods=["POST"]),
             Route("/predict", predict, methods=["POST"]),
+            *live_page.routes(),
         ],
         middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=plain_error_body)],
         exception_handlers=exception_handlers(plain_error_body),
