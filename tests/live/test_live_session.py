@@ -406,3 +406,101 @@ def test_with_server_vad_the_finish_commits_the_open_utterance_but_not_the_paddi
     sent, ended = finish_session([*frames(silence(1.0)), FINISH], FinalEngine(), vad=True)
     assert types(sent)[2:] == [] and ended == "finished"
 
+
+# -- the route (speaker_asr/serving/realtime.py) around the session, on a stand-in socket -------
+
+class FakeSocket:
+    """What the route uses of Starlette's WebSocket; ``incoming`` feeds ``receive``."""
+
+    def __init__(self):
+        self.scope, self.headers, self.query_params = {"subprotocols": []}, {}, {"intent": "transcription"}
+        self.incoming: asyncio.Queue = asyncio.Queue()
+        self.sent, self.close_code = [], None
+
+    async def accept(self, subprotocol=None):
+        pass
+
+    async def receive(self):
+        return await self.incoming.get()
+
+    async def send_text(self, text):
+        if self.close_code is not None:
+            raise RuntimeError("closed")
+        self.sent.append(json.loads(text))
+
+    async def close(self, code=1000, reason=None):
+        self.close_code = code
+
+    def put(self, text):
+        self.incoming.put_nowait({"type": "websocket.receive", "text": text})
+
+
+def route_with(engine, max_session_s: float = 60.0):
+    from speaker_asr.serving.metrics import Metrics
+    from speaker_asr.serving.realtime import RealtimeRoute
+
+    class Runner:
+        ready, max_queue, rejected_queue_full, dropped_disconnected, load_seconds, handler = True, 1, 0, 0, None, None
+
+        def counts(self):
+            return 0, 0
+
+    metrics = Metrics(Runner())
+    route = RealtimeRoute(Runner(), None, 1, max_session_s, 1 << 20, vad_factory=LoudVad, metrics=metrics)
+    route.engine = engine
+    return route, metrics.registry
+
+
+def test_the_route_expires_a_session_and_counts_it():
+    route, registry = route_with(FakeEngine(), max_session_s=0.2)
+    socket = FakeSocket()
+    asyncio.run(route.endpoint(socket))
+    assert socket.sent[0]["type"] == "session.created"
+    assert socket.sent[-1]["error"]["code"] == "session_expired" and socket.close_code == 1000
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "expired"}) == 1
+    assert registry.get_sample_value("asr_live_sessions_open") == 0 and route.open == 0
+
+
+def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
+    import threading
+
+    from speaker_asr.live.session import FinalPassCancelled
+
+    started, stopped = threading.Event(), threading.Event()
+
+    class SlowEngine(FakeEngine):
+        async def run(self, fn):
+            return await asyncio.to_thread(fn)
+
+        def transcribe_session(self, audio, config, progress):
+            started.set()
+            try:
+                for _ in range(500):
+                    progress(None)
+                    threading.Event().wait(0.02)
+            except FinalPassCancelled:
+                stopped.set()
+                raise
+
+    route, registry = route_with(SlowEngine())
+    socket = FakeSocket()
+
+    async def main():
+        serving = asyncio.ensure_future(route.endpoint(socket))
+        socket.put(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "speaker_asr": {"final_transcript": True},
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+        for m in frames(speech(1.0)):
+            socket.put(m)
+        socket.put(FINISH)
+        assert await asyncio.to_thread(started.wait, 10)
+        socket.incoming.put_nowait({"type": "websocket.disconnect", "code": 1001})
+        await asyncio.wait_for(serving, 10)
+        assert await asyncio.to_thread(stopped.wait, 5)
+
+    asyncio.run(main())
+    assert socket.close_code is None and "transcript.text.done" not in types(socket.sent)
+    assert types(socket.sent)[-1] == "item.done"  # the items were finished before the pass began
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "client_closed"}) == 1
+    assert registry.get_sample_value("asr_live_items_total", {"status": "completed"}) == 1
+    assert registry.get_sample_value("asr_live_audio_seconds_total") == pytest.approx(1.0)
