@@ -76,10 +76,15 @@ class KeptAudio:
             n -= len(chunk)
 
     def audio(self) -> np.ndarray:
-        """All of it as float32 (a new array: the file pipeline's input)."""
-        if not self.chunks:
-            return np.zeros(0, dtype=np.float32)
-        return np.concatenate(self.chunks).astype(np.float32) / np.float32(_INT16_SCALE)
+        """All of it as float32 (a new array: the file pipeline's input), written chunk by chunk
+        (no int16 copy of the whole beside it)."""
+        out = np.empty(self.samples, dtype=np.float32)
+        at = 0
+        for chunk in self.chunks:
+            out[at:at + len(chunk)] = chunk
+            at += len(chunk)
+        out /= np.float32(_INT16_SCALE)
+        return out
 
     def clear(self) -> None:
         self.chunks, self.samples = [], 0
