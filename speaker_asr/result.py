@@ -119,6 +119,21 @@ class Result:
             segments=[replace(s, speaker=name(s.speaker), words=words(s.words)) for s in self.segments],
             speaker_embeddings=None if voices is None else {name(k): v for k, v in voices.items()})
 
+    def shifted(self, seconds: float) -> "Result":
+        """The result with every time ``seconds`` later (segments and words; ``duration`` stays
+        the audio's): the transcript of a stretch placed on a longer recording's clock -- a live
+        session's final pass over the audio it kept from some point of the session on."""
+        if not seconds:
+            return self
+
+        def at(t: Optional[float]) -> Optional[float]:
+            return None if t is None else round(t + seconds, 3)
+
+        return replace(self, segments=[
+            replace(s, start=at(s.start), end=at(s.end),
+                    words=[replace(w, start=at(w.start), end=at(w.end)) for w in s.words])
+            for s in self.segments])
+
     def named(self, names: Sequence[str]) -> "Result":
         """``speaker_names``: the first speakers (by first appearance) renamed to ``names``; later
         speakers keep their labels. Raises RequestError if a new name equals the label of a

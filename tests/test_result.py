@@ -85,6 +85,18 @@ def test_one_renaming_reaches_segments_words_turns_and_voices():
         two_speakers().named(["SPEAKER_01"])
 
 
+def test_shifting_moves_every_segment_and_word_time_and_keeps_the_duration():
+    moved = replace(two_speakers(), segments=[*two_speakers().segments,
+                                              Segment(" Hm.", None, None, None, [Word(" Hm.", None, None)])]
+                    ).shifted(10.25)
+    assert [(s.start, s.end) for s in moved.segments] == [(10.25, 11.45), (11.45, 11.85), (None, None)]
+    assert [(w.start, w.end) for w in moved.segments[0].words] == [(10.25, 10.75), (10.75, 11.45)]
+    assert moved.segments[2].words[0].start is None
+    assert [(t.start, t.end) for t in moved.speaker_turns][:2] == [(10.25, 11.45), (11.45, 11.85)]
+    assert moved.duration == 1.6 and moved.text == two_speakers().text
+    assert two_speakers().shifted(0.0) == two_speakers()
+
+
 def test_every_format_answers_with_what_the_result_carries():
     for fmt in ("srt", "verbose_json"):
         out = render_response(two_speakers(), fmt, speaker_names=["Ann"])

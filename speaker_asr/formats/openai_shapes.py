@@ -80,19 +80,30 @@ def stream_events(result: Result, options: Options) -> list[dict[str, Any]]:
     a ``transcript.text.delta`` (its text, after a space from the second on, and its
     ``segment_id``) and a ``transcript.text.segment`` (as in diarized_json), then one
     ``transcript.text.done`` with the whole text (and ``warnings`` / ``known_speakers`` when
-    there are any)."""
+    there are any: :func:`done_event`)."""
     events: list[dict[str, Any]] = []
     for i, part in enumerate(diarized_json.turns_of(result)):
         events.append({"type": "transcript.text.delta", "delta": part[2] if i == 0 else " " + part[2],
                        "segment_id": f"seg_{i}"})
         events.append(diarized_json.segment(i, part))
+    events.append(done_event(result))
+    return events
+
+
+def done_event(result: Result, segments: bool = False) -> dict[str, Any]:
+    """``transcript.text.done``: the whole text, and ``warnings`` / ``known_speakers`` when there
+    are any. With ``segments``, it also carries every ``transcript.text.segment`` the stream
+    sends before it (``segments``, as in diarized_json): the live route's final transcript, one
+    event with all of it (speaker_asr/live/session.py)."""
     done: dict[str, Any] = {"type": "transcript.text.done", "text": transcript_text(result)}
+    if segments:
+        done["segments"] = [diarized_json.segment(i, part)
+                            for i, part in enumerate(diarized_json.turns_of(result))]
     notes = result.notes_json()
     for key in ("warnings", "known_speakers"):
         if key in notes:
             done[key] = notes[key]
-    events.append(done)
-    return events
+    return done
 
 
 def sse(event: Mapping[str, Any]) -> bytes:

@@ -4,15 +4,19 @@ and what is allowed), the server events built, and the session's configuration.
 
 Field names and shapes are the official ``openai`` SDK's (``openai.types.realtime``, checked
 against openai 3.57: ``RealtimeTranscriptionSessionCreateRequest``, ``SessionUpdateEvent``, the
-``InputAudioBuffer*`` and ``ConversationItemInputAudioTranscription*`` events,
-``RealtimeErrorEvent``) so that the SDK's own client reads every server event into its types;
+``InputAudioBuffer*``, ``ConversationItemAdded``/``Done`` and
+``ConversationItemInputAudioTranscription*`` events, ``RealtimeErrorEvent``; ``transcript.text.done``
+is not a realtime event: its shape is ``TranscriptionTextDoneEvent``'s, which the SDK's realtime
+client hands over with its ``type`` and fields as they came) so that the SDK's own client reads
+every server event into its types;
 tests/live/test_live_events.py checks each one with the SDK's pydantic models. The wording of errors
 follows what OpenAI's server answers (``Invalid value: 'x'. Supported values are: ...``,
 ``param`` as a dotted path such as ``session.audio.input.format.type``, the client's
 ``event_id`` echoed in ``error.event_id``).
 
 Client events (:func:`parse_client_event`): ``session.update``, ``input_audio_buffer.append``,
-``input_audio_buffer.commit``, ``input_audio_buffer.clear``. A transcription session makes no
+``input_audio_buffer.commit``, ``input_audio_buffer.clear``, and ours,
+``speaker_asr.session.finish`` (:class:`SessionFinish`). A transcription session makes no
 responses, so the conversation events (``response.create``, ...) are refused by name, and the
 beta protocol's ``transcription_session.update`` with a pointer to its GA replacement.
 
@@ -38,6 +42,19 @@ What this server does differently, each documented where it is decided:
 * ``include`` (log-probabilities), ``transcription.delay``, ``keywords`` and ``languages`` are
   refused by name (not available here) rather than ignored, so a client is never misled.
 * ``audio.input.transcription`` cannot be null: this server always transcribes.
+* ``speaker_asr.session.finish`` (a client event of ours, named after this server for the reason
+  ``speaker_asr`` is) ends the session: what the buffer holds is committed, every item is
+  finished, then, with ``session.speaker_asr.final_transcript``, the file pipeline's transcript
+  of the session's audio goes out as one ``transcript.text.done`` event (:class:`TranscriptDone`:
+  the shape of the last event of ``/v1/audio/transcriptions``' ``stream=true``, with
+  ``segments``), and the server closes the socket (1000).
+* A committed item is announced as OpenAI announces one (the SDK's ``ConversationItemAdded``:
+  "when the input audio buffer is committed ... the item will be a user message containing the
+  audio"): ``conversation.item.added`` right after ``input_audio_buffer.committed``, its
+  ``input_audio`` content's ``transcript`` null; ``conversation.item.done`` after the item's last
+  transcription event (completed or failed, and its segments), with the transcript (null when it
+  failed) -- a client that keeps the items (the SDK's docs: the item "will include the full
+  content ... except for audio data") holds the transcript.
 * The ``conversation.item.input_audio_transcription.segment`` events carry our speaker labels
   (SPEAKER_00 ..., or a known speaker's name); their ``start``/``end`` are seconds on the
   session's audio clock (the clock of ``audio_start_ms``), so a client can place them without
@@ -76,8 +93,9 @@ MAX_APPEND_BYTES = 15 * 1024 * 1024
 # bounds on the VAD's times: sanity, not a model limit (OpenAI documents none)
 MAX_VAD_MS = 10_000
 
+FINISH = "speaker_asr.session.finish"  # our client event: end the session (see SessionFinish)
 CLIENT_EVENT_TYPES = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
-                      "input_audio_buffer.clear")
+                      "input_audio_buffer.clear", FINISH)
 # events of a conversation session (a model that answers): none apply to transcription
 CONVERSATION_EVENT_TYPES = ("conversation.item.create", "conversation.item.delete",
                             "conversation.item.retrieve", "conversation.item.truncate",
@@ -239,6 +257,11 @@ class SpeakerOptions(_Model):
     * ``speaker_match_threshold``: the voice similarity (cosine) at which an utterance joins a
       speaker already heard or a known one; None: the server's default.
     * ``return_word_timestamps``: segment events carry their ``words`` with times.
+    * ``final_transcript``: keep the session's audio (from the update that turns it on; turning
+      it off drops what was kept) for a final offline pass when the client ends the session with
+      ``speaker_asr.session.finish``: the file pipeline's transcript with its diarization, sent
+      as one ``transcript.text.done`` event. At most ``LIVE_MAX_SESSION_S`` (and the server's
+      ``MAX_AUDIO_SECONDS``) of audio are kept, as 16-bit samples: 115 MB an hour.
     """
 
     speaker_labels: bool = True
@@ -247,6 +270,7 @@ class SpeakerOptions(_Model):
     known_speaker_names: list[str] = Field(default_factory=list)
     known_speaker_references: list[Union[str, list[float]]] = Field(default_factory=list, exclude=True)
     return_word_timestamps: bool = False
+    final_transcript: bool = False
 
     @model_validator(mode="after")
     def _known(self) -> "SpeakerOptions":
@@ -407,6 +431,7 @@ class SpeakerOptionsUpdate(_Model):
     known_speaker_names: Optional[list[str]] = None
     known_speaker_references: Optional[list[Union[str, list[float]]]] = None
     return_word_timestamps: Optional[bool] = None
+    final_transcript: Optional[bool] = None
 
 
 class SessionConfigUpdate(_Model):
@@ -461,10 +486,21 @@ class InputAudioBufferClear(_ClientEvent):
     type: Literal["input_audio_buffer.clear"]
 
 
-ClientEvent = Union[SessionUpdate, InputAudioBufferAppend, InputAudioBufferCommit, InputAudioBufferClear]
+class SessionFinish(_ClientEvent):
+    """Ours: the client is done. The buffer is committed (an open utterance too), every item
+    finished, then with ``final_transcript`` the final pass is sent, and the server closes the
+    socket (1000). Nothing the client sends after it is taken. The SDK's client sends it as
+    it is: ``connection.send({"type": "speaker_asr.session.finish"})``."""
+
+    type: Literal["speaker_asr.session.finish"]
+
+
+ClientEvent = Union[SessionUpdate, InputAudioBufferAppend, InputAudioBufferCommit, InputAudioBufferClear,
+                    SessionFinish]
 _CLIENT_MODELS: dict[str, type[_ClientEvent]] = {
     "session.update": SessionUpdate, "input_audio_buffer.append": InputAudioBufferAppend,
-    "input_audio_buffer.commit": InputAudioBufferCommit, "input_audio_buffer.clear": InputAudioBufferClear}
+    "input_audio_buffer.commit": InputAudioBufferCommit, "input_audio_buffer.clear": InputAudioBufferClear,
+    FINISH: SessionFinish}
 
 
 def _listed(values: typing.Sequence[str]) -> str:
@@ -751,6 +787,61 @@ class TranscriptionSegment(_ItemTranscriptionEvent):
         return _without_none(handler(self), "words")
 
 
+class InputAudioContent(BaseModel):
+    """The content part of a committed item: its audio (never echoed) and its transcript (null
+    until the item is transcribed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["input_audio"] = "input_audio"
+    transcript: Optional[str] = None
+
+
+class UserAudioItem(BaseModel):
+    """A committed item as the SDK's ``RealtimeConversationItemUserMessage``: a user message
+    holding one ``input_audio`` part."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["message"] = "message"
+    status: Literal["completed"] = "completed"
+    role: Literal["user"] = "user"
+    content: list[InputAudioContent]
+
+    @classmethod
+    def of(cls, item_id: str, transcript: Optional[str] = None) -> "UserAudioItem":
+        return cls(id=item_id, content=[InputAudioContent(transcript=transcript)])
+
+
+class ItemAdded(_ServerEvent):
+    """Right after ``input_audio_buffer.committed``: the item, its transcript null."""
+
+    type: Literal["conversation.item.added"] = "conversation.item.added"
+    previous_item_id: Optional[str] = None
+    item: UserAudioItem
+
+
+class ItemDone(_ServerEvent):
+    """After the item's last transcription event: the item with its transcript (null when the
+    transcription failed)."""
+
+    type: Literal["conversation.item.done"] = "conversation.item.done"
+    previous_item_id: Optional[str] = None
+    item: UserAudioItem
+
+
+class TranscriptDone(_ServerEvent):
+    """The final pass (``final_transcript``), sent once before the close: what
+    :func:`speaker_asr.formats.openai_shapes.done_event` writes from the file pipeline's
+    result -- ``text``, ``segments`` (diarized_json's: ``id``, ``start``, ``end`` on the session's
+    audio clock, ``text``, ``speaker``), ``warnings`` and ``known_speakers`` when there are any --
+    with the ``event_id`` every server event has."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: Literal["transcript.text.done"] = "transcript.text.done"
+    text: str
+
+
 class RealtimeError(BaseModel):
     """OpenAI's error object: ``event_id`` is the client event's that caused it, if any."""
 
@@ -768,8 +859,8 @@ class ErrorEvent(_ServerEvent):
 
 
 ServerEvent = Union[SessionCreated, SessionUpdated, SpeechStarted, SpeechStopped, Committed, Cleared,
-                    TranscriptionDelta, TranscriptionCompleted, TranscriptionFailed, TranscriptionSegment,
-                    ErrorEvent]
+                    ItemAdded, ItemDone, TranscriptionDelta, TranscriptionCompleted, TranscriptionFailed,
+                    TranscriptionSegment, TranscriptDone, ErrorEvent]
 
 
 def commit_empty_error(buffered_ms: float, event_id: Optional[str] = None) -> ErrorEvent:

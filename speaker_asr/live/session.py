@@ -56,36 +56,64 @@ Decoding (on the server's one model thread, :class:`LiveEngine`; never two model
       decode is logged and skipped; a failure while finding speakers costs the item its
       segments only.
 
+Items as OpenAI announces them: ``conversation.item.added`` right after ``committed`` (its
+transcript null), ``conversation.item.done`` after the item's last transcription event (with the
+transcript; null when it failed).
+
+The end (``speaker_asr.session.finish``, :meth:`LiveSession._end`)
+    What the buffer holds is committed (with server VAD, an open utterance; the padding kept
+    while no one speaks is not an item), every committed item is finished (its last event, then
+    ``conversation.item.done``), then, with ``session.speaker_asr.final_transcript``, the final
+    pass: the file pipeline over the audio kept since it was turned on
+    (:class:`~speaker_asr.live.final_pass.KeptAudio`), on the model thread like every other
+    model call, with the session's language, prompt and speaker options; its speakers take the
+    live session's labels where they are the same people
+    (:func:`~speaker_asr.live.final_pass.speaker_mapping`), its times are on the session's
+    clock, and it goes out as one ``transcript.text.done`` (the shape of the file route's last
+    stream event, with ``segments``: :func:`speaker_asr.formats.openai_shapes.done_event`). A
+    failure of the pass: an ``error`` event (code ``final_transcript_failed``, no internals).
+    The route then closes the socket (1000). Client events after it get an ``error``.
+
 Faults: a message that is not an event, bad base64, a bad frame or an unknown event get an
 ``error`` event and the session goes on. :meth:`LiveSession.close` (the client left, or the
-session ends) cancels what is pending: queued model calls are dropped before they run, nothing is
+session ends) cancels what is pending: queued model calls are dropped before they run, a running
+final pass stops at its next progress step (it raises :class:`FinalPassCancelled`), nothing is
 kept.
+
+What the session counts (:attr:`LiveSession.items`, the audio clock) and, with ``metrics``, each
+item's latency from its commit to its ``completed`` event and the seconds of audio received go
+to the server's metrics (speaker_asr/serving/metrics.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.config import InferenceConfig
+from speaker_asr.config import InferenceConfig, ModelCapabilities
 from speaker_asr.errors import RequestError
+from speaker_asr.formats.openai_shapes import done_event
 from speaker_asr.live.agreement import LocalAgreement
 from speaker_asr.live.audio_format import AudioFormatError, FrameDecoder
-from speaker_asr.live.events import (Cleared, Committed, DurationUsage, FailureDetail,
-                                     InputAudioBufferAppend, InputAudioBufferClear,
-                                     InputAudioBufferCommit, ProtocolError, SegmentWord, SessionCreated,
-                                     SessionUpdate, SessionUpdated, SpeechStarted, SpeechStopped,
+from speaker_asr.live.events import (FINISH, SERVER_ERROR, Cleared, Committed, DurationUsage,
+                                     FailureDetail, InputAudioBufferAppend, InputAudioBufferClear,
+                                     InputAudioBufferCommit, ItemAdded, ItemDone, ProtocolError,
+                                     SegmentWord, SessionCreated, SessionFinish, SessionUpdate,
+                                     SessionUpdated, SpeechStarted, SpeechStopped, TranscriptDone,
                                      TranscriptionCompleted, TranscriptionDelta, TranscriptionFailed,
-                                     TranscriptionSegment, TranscriptionSession, commit_empty_error,
-                                     new_id, parse_client_event)
+                                     TranscriptionSegment, TranscriptionSession, UserAudioItem,
+                                     commit_empty_error, new_id, parse_client_event)
+from speaker_asr.live.final_pass import KeptAudio, Span, overflow_warning, speaker_mapping
 from speaker_asr.live.speakers import OnlineSpeakers
 from speaker_asr.live.vad import TurnDetector
-from speaker_asr.result import SpeakerTurn
+from speaker_asr.result import Result, SpeakerTurn
 from speaker_asr.types import Transcript, Word
 
 logger = logging.getLogger("server")
@@ -97,6 +125,14 @@ PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a timed decode 
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
+DEFAULT_MAX_KEPT_S = 3600.0  # audio kept for a final pass when the route says nothing (LIVE_MAX_SESSION_S's default)
+# how a session ended, as the route counts it (speaker_asr/serving/metrics.py)
+FINISHED, FINAL_PASS_FAILED = "finished", "final_pass_failed"
+
+
+class FinalPassCancelled(Exception):
+    """Raised in a running final pass (from its progress callback) once its session is closed:
+    the model thread stops working for a client that is gone."""
 
 
 @dataclass
@@ -169,13 +205,24 @@ class LiveEngine:
         waiting, running = self.runner.counts()
         return waiting + running > 0
 
+    @property
+    def max_audio_seconds(self) -> Optional[float]:
+        """The file pipeline's limit on one recording (``MAX_AUDIO_SECONDS``): a final pass keeps
+        no more."""
+        settings = getattr(self.handler, "settings", None)
+        value = getattr(settings, "max_audio_seconds", None)
+        return float(value) if isinstance(value, (int, float)) else None
+
     async def run(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
         job = self.runner.submit(None, lambda data, progress=None: fn())
+        done = asyncio.wrap_future(job.future)
         try:
-            return await asyncio.shield(asyncio.wrap_future(job.future))
+            return await asyncio.shield(done)
         except asyncio.CancelledError:
             self.runner.drop(job)
+            # a call already running ends on its own; nobody reads its outcome now
+            done.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
 
     # -- on the model thread ----------------------------------------------------------------
@@ -220,6 +267,14 @@ class LiveEngine:
     def reference(self, index: int, name: str, ref) -> np.ndarray:
         return self.handler.voices.reference(index, name, ref)
 
+    def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
+                           progress: Callable[[Any], None]) -> Result:
+        """The final pass: the file pipeline (:class:`speaker_asr.pipeline.Pipeline`: the ASR
+        beside the diarization, attribution, known speakers) over a session's kept audio, as
+        ``/v1/audio/transcriptions`` runs it. ``progress`` hears its steps (and stops it by
+        raising)."""
+        return self.handler.pipeline(audio, config, progress=progress)
+
 
 @dataclass
 class Item:
@@ -232,17 +287,24 @@ class Item:
     paused_at: int = -1  # the speech end (clock sample) of the pause its last timed decode was for
     speech_end: Optional[int] = None  # where its speech ended (server VAD's stop), once committed
     timed: Optional[tuple[int, Decoded]] = None  # the last timed partial decode: (audio end, result)
+    previous_id: Optional[str] = None  # the item committed before it
 
 
 class LiveSession:
     """One WebSocket session. ``send``: an async function taking a server event. ``engine``:
     :class:`LiveEngine` (or a stand-in with the same methods). ``vad_factory``: a new
     :class:`~speaker_asr.live.vad.SileroVad`-like object (``probabilities``, ``reset``) for a
-    session that turns server VAD on."""
+    session that turns server VAD on. ``metrics``: the server's
+    :class:`~speaker_asr.serving.metrics.Metrics` (``live_audio``, ``live_item``), or None.
+    ``max_kept_s``: the most audio kept for a final pass (the route's ``LIVE_MAX_SESSION_S``).
+    :attr:`ending`: the task of ``speaker_asr.session.finish`` once it came (its result: how
+    the session ended, :data:`FINISHED` or :data:`FINAL_PASS_FAILED`)."""
 
     def __init__(self, send: Callable[[Any], Awaitable[None]], engine, vad_factory: Callable[[], Any],
-                 max_frame_chars: int = 1 << 20):
-        self.send = send
+                 max_frame_chars: int = 1 << 20, metrics=None, max_kept_s: float = DEFAULT_MAX_KEPT_S):
+        self._send = send
+        self.metrics = metrics
+        self.max_kept_s = max_kept_s
         self.engine = engine
         self.vad_factory = vad_factory
         self.max_frame_chars = max_frame_chars
@@ -265,6 +327,13 @@ class LiveSession:
         self._room.set()
         self._partial: Optional[asyncio.Task] = None
         self._worker: Optional[asyncio.Task] = None
+        self.items = {"completed": 0, "failed": 0}  # items by how their transcription ended
+        self._committed_at: dict[str, float] = {}  # item id -> when its commit was sent
+        self._transcripts: dict[str, Optional[str]] = {}  # item id -> transcript, for item.done
+        self.kept: Optional[KeptAudio] = None  # final_transcript: the audio for the final pass
+        self.live_spans: list[Span] = []  # final_transcript: the segments sent, for its labels
+        self.ending: Optional[asyncio.Task] = None
+        self._closed = threading.Event()  # read by a final pass running on the model thread
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -274,19 +343,45 @@ class LiveSession:
         await self.send(SessionCreated(session=self.session))
 
     async def close(self) -> None:
-        """Everything pending is cancelled (queued model calls dropped)."""
-        for task in (self._partial, self._worker):
+        """Everything pending is cancelled (queued model calls dropped, a running final pass
+        stopped at its next step)."""
+        self._closed.set()
+        tasks = (self.ending, self._partial, self._worker)
+        for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
-        for task in (self._partial, self._worker):
+        for task in tasks:
             if task is not None:
                 try:
                     await task
                 except BaseException:
                     pass
         self.buffer = np.zeros(0, dtype=np.float32)
+        self.kept = None
         while not self.queue.empty():
             self.queue.get_nowait()
+
+    async def send(self, event) -> None:
+        """Every server event goes out here; what the session counts of them is noted once it is
+        sent (:meth:`_note`)."""
+        await self._send(event)
+        self._note(event)
+
+    def _note(self, event) -> None:
+        """Commit times (each item's latency to its ``completed``), items by outcome, each
+        item's transcript (for its ``conversation.item.done``) and, for a final pass, the
+        segments with their speakers."""
+        if isinstance(event, Committed):
+            self._committed_at[event.item_id] = time.monotonic()
+        elif isinstance(event, (TranscriptionCompleted, TranscriptionFailed)):
+            status = "completed" if isinstance(event, TranscriptionCompleted) else "failed"
+            self.items[status] += 1
+            self._transcripts[event.item_id] = event.transcript if status == "completed" else None
+            committed = self._committed_at.pop(event.item_id, None)
+            if self.metrics is not None and committed is not None:
+                self.metrics.live_item(status, time.monotonic() - committed)
+        elif isinstance(event, TranscriptionSegment) and self.kept is not None:
+            self.live_spans.append((event.start, event.end, event.speaker))
 
     async def room(self) -> None:
         """Wait until the committed items' queue has room (see the module's docstring)."""
@@ -302,7 +397,14 @@ class LiveSession:
         """One client message; a bad one is answered with an ``error`` event."""
         try:
             event = parse_client_event(message)
-            if isinstance(event, InputAudioBufferAppend):
+            if self.ending is not None:
+                raise ProtocolError(f"The session is ending ({FINISH} was received): no more events are "
+                                    "taken. The server closes the connection once the last items (and "
+                                    "the final transcript, if asked for) are sent.", param="type",
+                                    code="session_ending", event_id=event.event_id)
+            if isinstance(event, SessionFinish):
+                self.ending = asyncio.ensure_future(self._end())
+            elif isinstance(event, InputAudioBufferAppend):
                 await self._append(event)
             elif isinstance(event, InputAudioBufferCommit):
                 await self._commit_manual(event.event_id)
@@ -340,9 +442,26 @@ class LiveSession:
             self.decoder = FrameDecoder.for_format(session.format)
         vad_changed = session.turn_detection != self.session.turn_detection
         self.session, self.config = session, config
+        self._keep(options.final_transcript)
         if vad_changed:
             await self._setup_vad()
         await self.send(SessionUpdated(session=self.session))
+
+    def _keep(self, final_transcript: bool) -> None:
+        """``final_transcript`` turned on: the audio is kept from here (at most ``max_kept_s`` and
+        the engine's ``max_audio_seconds``); turned off: what was kept is dropped."""
+        if final_transcript and self.kept is None:
+            limit = self.max_kept_s
+            most = getattr(self.engine, "max_audio_seconds", None)
+            if isinstance(most, (int, float)):
+                limit = min(limit, most)
+            self.kept, self.live_spans = KeptAudio(self.clock, int(limit * SAMPLE_RATE)), []
+        elif not final_transcript and self.kept is not None:
+            self.kept, self.live_spans = None, []
+
+    def _capabilities(self):
+        caps = self.engine.capabilities
+        return caps if caps is not None else ModelCapabilities()
 
     def _config(self, session: TranscriptionSession) -> InferenceConfig:
         t = session.audio.input.transcription
@@ -351,12 +470,26 @@ class LiveSession:
             params["language"] = t.language
         if t.prompt:
             params["prompt"] = t.prompt
-        caps = self.engine.capabilities
-        if caps is None:
-            from speaker_asr.config import ModelCapabilities
+        return InferenceConfig.from_request(params, self._capabilities())
 
-            caps = ModelCapabilities()
-        return InferenceConfig.from_request(params, caps)
+    def _final_config(self) -> InferenceConfig:
+        """The final pass's request, as the file API takes it: the session's language and
+        prompt, and its speaker options (``max_speakers``, the known speakers and their
+        threshold); the file route's defaults otherwise."""
+        t, options = self.session.audio.input.transcription, self.session.speaker_asr
+        params: dict[str, Any] = {}
+        if t.language:
+            params["language"] = t.language
+        if t.prompt:
+            params["prompt"] = t.prompt
+        if options.max_speakers is not None:
+            params["max_speakers"] = options.max_speakers
+        if options.known_speaker_names:
+            params["known_speaker_names"] = list(options.known_speaker_names)
+            params["known_speaker_references"] = list(options.known_speaker_references)
+        if options.speaker_match_threshold is not None:
+            params["speaker_match_threshold"] = options.speaker_match_threshold
+        return InferenceConfig.from_request(params, self._capabilities())
 
     async def _known(self, options, event_id: Optional[str]) -> dict[str, np.ndarray]:
         names, refs = options.known_speaker_names, options.known_speaker_references
@@ -414,6 +547,10 @@ class LiveSession:
             return
         self.buffer = np.concatenate([self.buffer, samples])
         self.clock += len(samples)
+        if self.kept is not None:
+            self.kept.append(samples)
+        if self.metrics is not None:
+            self.metrics.live_audio(len(samples) / SAMPLE_RATE)
         if self.detector is not None:
             await self._vad(samples)
 
@@ -472,7 +609,9 @@ class LiveSession:
             return
         self._trim(end)
         self.item = None
-        await self.send(Committed(item_id=item.id, previous_item_id=self.previous_item_id))
+        item.previous_id = self.previous_item_id
+        await self.send(Committed(item_id=item.id, previous_item_id=item.previous_id))
+        await self.send(ItemAdded(previous_item_id=item.previous_id, item=UserAudioItem.of(item.id)))
         self.previous_item_id = item.id
         self.pending += 1
         if self.pending >= MAX_PENDING_ITEMS:
@@ -480,6 +619,8 @@ class LiveSession:
         self.queue.put_nowait((item, audio))
 
     async def _clear(self) -> None:
+        if self.kept is not None:  # the final pass must not hear it either
+            self.kept.silence_from(self.buffer_start)
         self.decoder.flush()
         self.buffer = np.zeros(0, dtype=np.float32)
         self.buffer_start = self.clock
@@ -544,6 +685,8 @@ class LiveSession:
                     except Exception:
                         pass
                 await self._finish(item, audio)
+                await self.send(ItemDone(previous_item_id=item.previous_id, item=UserAudioItem.of(
+                    item.id, self._transcripts.pop(item.id, None))))
             except asyncio.CancelledError:
                 raise
             except Exception:  # a send that failed: the connection is going
@@ -621,6 +764,57 @@ class LiveSession:
                 return []
             turns = _merged(turns)
         return [self._segment(item, turn, seconds, options) for turn in turns]
+
+    # -- the end -----------------------------------------------------------------------------
+
+    async def _end(self) -> str:
+        """``speaker_asr.session.finish``: commit what the buffer holds, finish every item, then
+        the final pass if asked for. Returns how the session ended (:data:`FINISHED`,
+        :data:`FINAL_PASS_FAILED`); the route closes the socket."""
+        if self.item is not None or (self.detector is None
+                                     and len(self.buffer) * 1000.0 / SAMPLE_RATE >= MIN_COMMIT_MS):
+            await self._commit_manual(None)
+        await self.drain()
+        kept, self.kept = self.kept, None
+        if kept is None:
+            return FINISHED
+        try:
+            result = await self._final_pass(kept)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.error("the final pass of live session %s failed", self.session.id, exc_info=exc)
+            await self.send(ProtocolError(
+                "The server had an error while making the final transcript; the live transcript "
+                "stands.", code="final_transcript_failed", type=SERVER_ERROR).event())
+            return FINAL_PASS_FAILED
+        await self.send(TranscriptDone(**done_event(result, segments=True)))
+        return FINISHED
+
+    async def _final_pass(self, kept: KeptAudio) -> Result:
+        """The file pipeline over the kept audio (on the model thread), on the session's clock,
+        its speakers named as the live session named them."""
+        config = self._final_config()
+        seconds, dropped = kept.seconds, kept.dropped / SAMPLE_RATE
+        closed = self._closed
+
+        def stop_if_closed(_progress=None) -> None:
+            if closed.is_set():
+                raise FinalPassCancelled("the live session was closed during its final pass")
+
+        def run() -> Result:
+            audio = kept.audio()
+            kept.clear()
+            stop_if_closed()
+            return self.engine.transcribe_session(audio, config, stop_if_closed)
+
+        result = (await self.engine.run(run)).shifted(kept.origin / SAMPLE_RATE)
+        if dropped:
+            result = replace(result, warnings=[*result.warnings, overflow_warning(seconds, dropped)])
+        keep = {k.speaker for k in result.known_speakers if k.speaker is not None}
+        mapping = speaker_mapping([(t.start, t.end, t.speaker) for t in result.speaker_turns],
+                                  self.live_spans, result.speakers_in_order(), keep)
+        return result.renamed(mapping)
 
     def _speakers(self, options) -> OnlineSpeakers:
         if self.speakers is None:

@@ -306,7 +306,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         exception_handlers=exception_handlers(plain_error_body),
     )
     realtime = RealtimeRoute(runner, key, settings.max_sessions, settings.live_max_session_s,
-                             settings.live_max_frame_bytes)
+                             settings.live_max_frame_bytes, metrics=metrics)
     v1 = Starlette(
         routes=openai_api.OpenAIRoutes(path, keepalive_s).routes() + realtime.routes(),
         middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=openai_api.error_body)],

@@ -1,5 +1,6 @@
 """Prometheus metrics with prometheus_client: request counters, the latency histogram and the
-in-flight gauge are updated as requests are answered; the model's and the queue's values are read
+in-flight gauge are updated as requests are answered, the live sessions' (``asr_live_*``) as
+sessions open, receive audio, complete items and end; the model's and the queue's values are read
 from the runner when ``/metrics`` is scraped (:class:`RunnerCollector`). Every app has its own
 :class:`~prometheus_client.CollectorRegistry`, so several apps in one process (the tests) keep
 their own counts; the exposition format is negotiated from the scraper's ``Accept`` header by
@@ -21,6 +22,12 @@ if TYPE_CHECKING:
 
 # latency buckets, seconds (prometheus_client adds +Inf)
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# a live item's commit -> completed: a real-time client wants it within a second or two
+LIVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# how a live session ended (speaker_asr/serving/realtime.py): the client closed the socket (or a
+# send failed), speaker_asr.session.finish (with its final pass, or that pass failed),
+# LIVE_MAX_SESSION_S reached, a fault of the server's
+LIVE_OUTCOMES = ("client_closed", "finished", "final_pass_failed", "expired", "failed")
 
 
 class Metrics:
@@ -46,6 +53,34 @@ class Metrics:
         self.in_flight = Gauge("asr_requests_in_flight",
                                "Transcription requests being handled (reading, queued or running).",
                                registry=self.registry)
+        self.live_open = Gauge("asr_live_sessions_open", "Live sessions (/v1/realtime) open now.",
+                               registry=self.registry)
+        self.live_started = Counter("asr_live_sessions_started",
+                                    "Live sessions accepted (session.created sent).", registry=self.registry)
+        self.live_ended = Counter(
+            "asr_live_sessions_ended",
+            "Live sessions ended, by outcome: client_closed, finished (speaker_asr.session.finish), "
+            "final_pass_failed, expired (LIVE_MAX_SESSION_S), failed (a server fault).",
+            ["outcome"], registry=self.registry)
+        self.live_refused = Counter(
+            "asr_live_sessions_refused",
+            "Live connections refused before a session, by the error event's code (missing_api_key, "
+            "invalid_api_key, invalid_intent, model_not_ready, session_limit_reached).",
+            ["code"], registry=self.registry)
+        self.live_items = Counter("asr_live_items",
+                                  "Live items transcribed, by status (completed, failed).",
+                                  ["status"], registry=self.registry)
+        self.live_audio_seconds = Counter("asr_live_audio_seconds",
+                                          "Seconds of audio received by live sessions (16 kHz, decoded).",
+                                          registry=self.registry)
+        self.live_latency = Histogram(
+            "asr_live_item_latency_seconds",
+            "Live items: seconds from input_audio_buffer.committed to the completed event sent.",
+            buckets=LIVE_BUCKETS, registry=self.registry)
+        for outcome in LIVE_OUTCOMES:  # every outcome shows, at 0 until it happens
+            self.live_ended.labels(outcome)
+        for status in ("completed", "failed"):
+            self.live_items.labels(status)
         self.registry.register(RunnerCollector(runner))
 
     def add_in_flight(self, delta: int) -> None:
@@ -68,6 +103,29 @@ class Metrics:
                 # counts as "other"
                 self.decodes.labels(str(assisted["used"]).lower(),
                                     reason if reason in ASSIST_REASONS else "other").inc()
+
+    # -- live sessions (speaker_asr/serving/realtime.py, speaker_asr/live/session.py) ------------
+
+    def live_session_started(self) -> None:
+        self.live_started.inc()
+        self.live_open.inc()
+
+    def live_session_ended(self, outcome: str) -> None:
+        self.live_open.dec()
+        self.live_ended.labels(outcome).inc()
+
+    def live_session_refused(self, code: str) -> None:
+        self.live_refused.labels(code).inc()
+
+    def live_audio(self, seconds: float) -> None:
+        self.live_audio_seconds.inc(seconds)
+
+    def live_item(self, status: str, latency_s: float) -> None:
+        """An item's transcription ended (``completed`` / ``failed``) ``latency_s`` after its
+        commit; the histogram holds the completed ones."""
+        self.live_items.labels(status).inc()
+        if status == "completed":
+            self.live_latency.observe(latency_s)
 
     def exposition(self, accept: Optional[str]) -> tuple[bytes, str]:
         """``/metrics``: the body and its content type, in the format the ``Accept`` header asks

@@ -16,6 +16,15 @@ as OpenAI does), so that a refusal can say why in OpenAI's ``error`` event befor
 Then ``session.created``, and every message goes to the session; a session that reaches
 ``LIVE_MAX_SESSION_S`` gets ``error`` (code ``session_expired``) and a close (1000). A client
 that leaves (or a send that fails) ends the session: its pending model calls are dropped.
+``speaker_asr.session.finish`` ends it the client's way: the session finishes its items (and the
+final pass, with ``final_transcript``) while the route keeps reading the socket -- to see a
+client that leaves meanwhile, whose work is then dropped -- and the route closes with 1000.
+The finishing is not cut by ``LIVE_MAX_SESSION_S``: it is bounded work on audio already
+received.
+
+Every session (and every refusal) ends with one JSON line on the ``server.access`` logger, as a
+request does (``live session``: its id, how it ended, seconds of audio, items, ``total_ms``;
+never the key), and is counted in ``/metrics`` (``asr_live_*``, speaker_asr/serving/metrics.py).
 """
 
 from __future__ import annotations
@@ -25,15 +34,18 @@ import hashlib
 import hmac
 import logging
 import time
+import uuid
 from typing import Optional
 
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.live.events import ProtocolError
 from speaker_asr.live.session import LiveEngine, LiveSession
 
 logger = logging.getLogger("server")
+access_logger = logging.getLogger("server.access")
 
 REALTIME = "/v1/realtime"
 SUBPROTOCOL = "realtime"
@@ -45,8 +57,9 @@ class RealtimeRoute:
     """The route and the count of open sessions."""
 
     def __init__(self, runner, api_key: Optional[str], max_sessions: int, max_session_s: float,
-                 max_frame_bytes: int, vad_factory=None):
+                 max_frame_bytes: int, vad_factory=None, metrics=None):
         self.runner = runner
+        self.metrics = metrics  # speaker_asr.serving.metrics.Metrics, or None
         self.engine = LiveEngine(runner)
         self.digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
         self.max_sessions = max_sessions
@@ -93,62 +106,119 @@ class RealtimeRoute:
             pass
 
     async def endpoint(self, websocket: WebSocket) -> None:
+        started = time.monotonic()
         offered = websocket.scope.get("subprotocols") or []
         await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        problem = self._key_problem(websocket)
-        if problem is not None:
-            await self._refuse(websocket, *problem, POLICY_VIOLATION)
-            return
-        intent = websocket.query_params.get("intent")
-        if intent != "transcription":
-            await self._refuse(websocket, "invalid_intent",
-                               f"Invalid value: {intent!r} for 'intent'. This server serves transcription "
-                               "sessions only: connect to /v1/realtime?intent=transcription.",
-                               POLICY_VIOLATION)
-            return
-        if not self.runner.ready:
-            status, body, _ = self.runner.status()
-            await self._refuse(websocket, "model_not_ready", body.get("reason", "the model is not ready"),
-                               TRY_AGAIN_LATER, "server_error")
-            return
-        if self.open >= self.max_sessions:
-            await self._refuse(websocket, "session_limit_reached",
-                               f"This server is at its limit of {self.max_sessions} live session"
-                               f"{'s' if self.max_sessions != 1 else ''} at once (MAX_SESSIONS); try again "
-                               "when one has ended.", TRY_AGAIN_LATER, "server_error")
+        refusal = self._refusal(websocket)
+        if refusal is not None:
+            code, message, close_code, kind = refusal
+            await self._refuse(websocket, code, message, close_code, kind)
+            if self.metrics is not None:
+                self.metrics.live_session_refused(code)
+            self._log(None, "refused", started, code=code)
             return
         self.open += 1
+        if self.metrics is not None:
+            self.metrics.live_session_started()
         lock = asyncio.Lock()
 
         async def send(event) -> None:
             async with lock:
                 await websocket.send_text(event.to_text())
 
-        session = LiveSession(send, self.engine, self.vad_factory, self.max_frame_chars)
-        deadline = time.monotonic() + self.max_session_s
+        session = LiveSession(send, self.engine, self.vad_factory, self.max_frame_chars,
+                              metrics=self.metrics, max_kept_s=self.max_session_s)
+        outcome = "client_closed"
         try:
-            await session.start()
-            while True:
-                left = deadline - time.monotonic()
-                try:
-                    await asyncio.wait_for(session.room(), max(0.0, left))
-                    message = await asyncio.wait_for(websocket.receive(), max(0.0, deadline - time.monotonic()))
-                except asyncio.TimeoutError:
-                    await session.close()
-                    await self._refuse(websocket, "session_expired",
-                                       f"Your session hit the maximum duration of {self.max_session_s:g} "
-                                       "seconds (LIVE_MAX_SESSION_S).", 1000)
-                    return
-                if message["type"] == "websocket.disconnect":
-                    return
-                text = message.get("text")
-                await session.handle(text if text is not None else message.get("bytes") or b"")
+            outcome = await self._serve(websocket, session)
         except (WebSocketDisconnect, RuntimeError, OSError):
-            return  # the client left (a send or a receive on a closed socket)
+            outcome = "client_closed"  # a send or a receive on a closed socket
         except Exception:
+            outcome = "failed"
             logger.exception("live session failed")
             await self._refuse(websocket, None, "The server had an error while processing your "
                                                 "session.", 1011, "server_error")
         finally:
             self.open -= 1
             await session.close()
+            if self.metrics is not None:
+                self.metrics.live_session_ended(outcome)
+            self._log(session, outcome, started)
+
+    def _refusal(self, websocket: WebSocket) -> Optional[tuple[str, str, int, str]]:
+        """Why this connection gets no session: (error code, message, close code, error type)."""
+        problem = self._key_problem(websocket)
+        if problem is not None:
+            return (*problem, POLICY_VIOLATION, "invalid_request_error")
+        intent = websocket.query_params.get("intent")
+        if intent != "transcription":
+            return ("invalid_intent", f"Invalid value: {intent!r} for 'intent'. This server serves "
+                    "transcription sessions only: connect to /v1/realtime?intent=transcription.",
+                    POLICY_VIOLATION, "invalid_request_error")
+        if not self.runner.ready:
+            status, body, _ = self.runner.status()
+            return ("model_not_ready", body.get("reason", "the model is not ready"), TRY_AGAIN_LATER,
+                    "server_error")
+        if self.open >= self.max_sessions:
+            return ("session_limit_reached",
+                    f"This server is at its limit of {self.max_sessions} live session"
+                    f"{'s' if self.max_sessions != 1 else ''} at once (MAX_SESSIONS); try again when one "
+                    "has ended.", TRY_AGAIN_LATER, "server_error")
+        return None
+
+    async def _serve(self, websocket: WebSocket, session: LiveSession) -> str:
+        """The session's messages until it ends; how it ended (metrics.LIVE_OUTCOMES)."""
+        deadline = time.monotonic() + self.max_session_s
+        await session.start()
+        receiving: Optional[asyncio.Future] = None
+        try:
+            while True:
+                ending = session.ending
+                if ending is None:  # a finishing session is not cut at the deadline
+                    try:
+                        await asyncio.wait_for(session.room(), max(0.0, deadline - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        return await self._expire(websocket, session)
+                if receiving is None:
+                    receiving = asyncio.ensure_future(websocket.receive())
+                waiters = {receiving} if ending is None else {receiving, ending}
+                done, _ = await asyncio.wait(
+                    waiters, timeout=None if ending is not None else max(0.0, deadline - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    return await self._expire(websocket, session)
+                if ending is not None and ending in done:
+                    outcome = ending.result()  # a send that failed raises here: the client left
+                    await websocket.close(1000)
+                    return outcome
+                message, receiving = receiving.result(), None
+                if message["type"] == "websocket.disconnect":
+                    return "client_closed"
+                text = message.get("text")
+                await session.handle(text if text is not None else message.get("bytes") or b"")
+        finally:
+            if receiving is not None and not receiving.done():
+                receiving.cancel()
+
+    async def _expire(self, websocket: WebSocket, session: LiveSession) -> str:
+        await session.close()
+        await self._refuse(websocket, "session_expired", f"Your session hit the maximum duration of "
+                           f"{self.max_session_s:g} seconds (LIVE_MAX_SESSION_S).", 1000)
+        return "expired"
+
+    def _log(self, session: Optional[LiveSession], outcome: str, started: float,
+             code: Optional[str] = None) -> None:
+        """One line per session on the access log (speaker_asr/serving/logging_setup.py's JSON);
+        its ``request_id`` is the session's id (a fresh one for a refusal), as every access
+        line has one."""
+        session_id = session.session.id if session is not None else None
+        fields = {"path": REALTIME, "session_id": session_id, "outcome": outcome,
+                  "total_ms": round((time.monotonic() - started) * 1000, 1)}
+        if session is not None:
+            fields.update(audio_seconds=round(session.clock / SAMPLE_RATE, 3),
+                          items_completed=session.items["completed"], items_failed=session.items["failed"],
+                          final_transcript=session.session.speaker_asr.final_transcript)
+        if code is not None:
+            fields["code"] = code
+        access_logger.info("live session", extra={"fields": fields,
+                                                  "request_id": session_id or uuid.uuid4().hex})

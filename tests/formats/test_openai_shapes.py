@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from speaker_asr.formats import render_response
-from speaker_asr.formats.openai_shapes import (ModelCard, Options, error_object, model_list,
+from speaker_asr.formats.openai_shapes import (ModelCard, Options, done_event, error_object, model_list,
                                                plain_text, render, sse, stream_events)
 from speaker_asr.formats.verbose_json import compression_ratio
 from speaker_asr.result import KnownSpeaker, Result
@@ -152,6 +152,15 @@ def test_stream_events_rebuild_the_text_and_end_with_one_done():
     wire = sse(events[0])
     assert wire.startswith(b"data: ") and wire.endswith(b"\n\n") and b"\n" not in wire[:-2]
     assert json.loads(wire[6:]) == events[0]
+
+
+def test_the_done_event_can_carry_every_segment_of_the_stream():
+    result = two_speakers(warnings=["w"])
+    events = stream_events(result, OPTIONS)
+    done = done_event(result, segments=True)
+    assert done == {**events[-1], "segments": [e for e in events if e["type"] == "transcript.text.segment"]}
+    assert list(done) == ["type", "text", "segments", "warnings"]
+    assert done_event(result) == events[-1]
 
 
 def test_errors_and_models():

@@ -10,13 +10,16 @@ import sys
 
 import pytest
 
+from speaker_asr.formats.openai_shapes import done_event
+
 from speaker_asr.live.events import (CLIENT_EVENT_TYPES, Cleared, Committed, DurationUsage, ErrorEvent,
                                      FailureDetail, InputAudioBufferAppend, InputAudioBufferClear,
-                                     InputAudioBufferCommit, ProtocolError, SegmentWord, SessionCreated,
-                                     SessionUpdate, SessionUpdated, SpeechStarted, SpeechStopped,
+                                     InputAudioBufferCommit, ItemAdded, ItemDone, ProtocolError,
+                                     SegmentWord, SessionCreated, SessionFinish, SessionUpdate,
+                                     SessionUpdated, SpeechStarted, SpeechStopped, TranscriptDone,
                                      TranscriptionCompleted, TranscriptionDelta, TranscriptionFailed,
-                                     TranscriptionSegment, TranscriptionSession, commit_empty_error,
-                                     parse_client_event, server_error)
+                                     TranscriptionSegment, TranscriptionSession, UserAudioItem,
+                                     commit_empty_error, parse_client_event, server_error)
 
 
 def refused(message) -> dict:
@@ -37,12 +40,15 @@ def update(session: dict, event_id: str = "evt_1") -> SessionUpdate:
 
 # -- client events ------------------------------------------------------------------------------
 
-def test_the_four_client_events_parse_from_json_text_and_bytes():
+def test_the_client_events_parse_from_json_text_and_bytes():
     append = parse_client_event('{"type": "input_audio_buffer.append", "audio": "AAA=", "event_id": "a1"}')
     assert isinstance(append, InputAudioBufferAppend) and append.audio == "AAA=" and append.event_id == "a1"
     assert isinstance(parse_client_event(b'{"type": "input_audio_buffer.commit"}'), InputAudioBufferCommit)
     assert isinstance(parse_client_event({"type": "input_audio_buffer.clear"}), InputAudioBufferClear)
     assert update({}).session.type == "transcription"
+    finish = parse_client_event('{"type": "speaker_asr.session.finish", "event_id": "f1"}')
+    assert isinstance(finish, SessionFinish) and finish.event_id == "f1"
+    assert refused({"type": "speaker_asr.session.finish", "final": True})["code"] == "unknown_parameter"
 
 
 def test_an_unknown_type_lists_the_known_ones_and_echoes_the_clients_event_id():
@@ -50,8 +56,8 @@ def test_an_unknown_type_lists_the_known_ones_and_echoes_the_clients_event_id():
     assert error == {
         "type": "invalid_request_error", "code": "invalid_value", "param": "type", "event_id": "c7",
         "message": "Invalid value: 'input_audio_buffer.apend'. Supported values are: 'session.update', "
-                   "'input_audio_buffer.append', 'input_audio_buffer.commit', and "
-                   "'input_audio_buffer.clear'. Did you mean 'input_audio_buffer.append'?"}
+                   "'input_audio_buffer.append', 'input_audio_buffer.commit', 'input_audio_buffer.clear', "
+                   "and 'speaker_asr.session.finish'. Did you mean 'input_audio_buffer.append'?"}
     assert all(t in refused('{"type": "ping"}')["message"] for t in CLIENT_EVENT_TYPES)
 
 
@@ -138,7 +144,7 @@ def test_a_new_session_shows_its_defaults():
         "noise_reduction": None}}
     assert shown["speaker_asr"] == {"speaker_labels": True, "max_speakers": None,
                                     "speaker_match_threshold": None, "known_speaker_names": [],
-                                    "return_word_timestamps": False}
+                                    "return_word_timestamps": False, "final_transcript": False}
     assert session.format.sample_rate == 24000
 
 
@@ -230,6 +236,8 @@ def server_events() -> list:
         SessionCreated(session=session), SessionUpdated(session=session),
         SpeechStarted(audio_start_ms=1200, item_id="item_1"), SpeechStopped(audio_end_ms=3400, item_id="item_1"),
         Committed(item_id="item_1"), Committed(item_id="item_2", previous_item_id="item_1"), Cleared(),
+        ItemAdded(item=UserAudioItem.of("item_1")),
+        ItemDone(previous_item_id="item_0", item=UserAudioItem.of("item_1", "Hello there.")),
         TranscriptionDelta(item_id="item_1", delta="Hello"),
         TranscriptionCompleted(item_id="item_1", transcript="Hello there.", usage=DurationUsage(seconds=2.2)),
         TranscriptionFailed(item_id="item_1", error=FailureDetail(type="server_error", message="failed")),
@@ -237,8 +245,17 @@ def server_events() -> list:
                              speaker="SPEAKER_00"),
         TranscriptionSegment(item_id="item_1", id="seg_1", start=1.2, end=3.4, text="Hello there.",
                              speaker="Alice", words=[SegmentWord(word="Hello", start=1.2, end=1.6)]),
+        TranscriptDone(**done_event(two_speakers(), segments=True)),
         commit_empty_error(50.0, "c3"), server_error(),
     ]
+
+
+def two_speakers():
+    from speaker_asr.result import Result
+    from speaker_asr.types import Segment
+
+    return Result(" Hi. Hello.", [Segment(" Hi.", 0.0, 1.0, "SPEAKER_00"), Segment(" Hello.", 1.0, 2.0, "Alice")],
+                  "en", 2.0, diarized=True, warnings=["w"])
 
 
 def test_server_events_have_their_shapes_and_fresh_ids():
@@ -260,6 +277,18 @@ def test_server_events_have_their_shapes_and_fresh_ids():
                                      "least 100ms of audio, but buffer only has 50.00ms of audio."}
     assert events[-1]["error"]["type"] == "server_error" and events[-1]["error"]["event_id"] is None
     assert json.loads(server_events()[0].to_text())["type"] == "session.created"
+    added, done = by_type["conversation.item.added"], by_type["conversation.item.done"]
+    assert added["previous_item_id"] is None and added["item"] == {
+        "id": "item_1", "object": "realtime.item", "type": "message", "status": "completed", "role": "user",
+        "content": [{"type": "input_audio", "transcript": None}]}
+    assert done["item"]["content"][0]["transcript"] == "Hello there."
+    final = by_type["transcript.text.done"]
+    assert final == {"event_id": final["event_id"], "type": "transcript.text.done", "text": "Hi. Hello.",
+                     "segments": [{"type": "transcript.text.segment", "id": "seg_0", "start": 0.0, "end": 1.0,
+                                   "text": "Hi.", "speaker": "SPEAKER_00"},
+                                  {"type": "transcript.text.segment", "id": "seg_1", "start": 1.0, "end": 2.0,
+                                   "text": "Hello.", "speaker": "Alice"}],
+                     "warnings": ["w"]}
 
 
 # our extensions, kept by the SDK as extra fields
@@ -280,6 +309,8 @@ def test_the_official_sdk_reads_every_server_event_into_its_own_types():
                 "input_audio_buffer.speech_stopped": sdk.InputAudioBufferSpeechStoppedEvent,
                 "input_audio_buffer.committed": sdk.InputAudioBufferCommittedEvent,
                 "input_audio_buffer.cleared": sdk.InputAudioBufferClearedEvent,
+                "conversation.item.added": sdk.ConversationItemAdded,
+                "conversation.item.done": sdk.ConversationItemDone,
                 "conversation.item.input_audio_transcription.delta":
                     sdk.ConversationItemInputAudioTranscriptionDeltaEvent,
                 "conversation.item.input_audio_transcription.completed":
@@ -292,6 +323,8 @@ def test_the_official_sdk_reads_every_server_event_into_its_own_types():
     for event in server_events():
         message = json.loads(event.to_text())
         parsed = construct_type_unchecked(value=message, type_=RealtimeServerEvent)
+        if message["type"] == "transcript.text.done":  # not a realtime event: see the test below
+            continue
         cls = expected[message["type"]]
         assert type(parsed) is cls
         validated = cls.model_validate(message)  # required fields, types, literals
@@ -303,6 +336,25 @@ def test_the_official_sdk_reads_every_server_event_into_its_own_types():
     audio_input = created.session.audio.input
     assert audio_input.format.rate == 24000 and audio_input.turn_detection.type == "server_vad"
     assert audio_input.transcription.model == "openai/whisper-large-v3"
+
+
+def test_the_final_transcript_is_the_sdks_transcript_done_and_its_realtime_client_hands_it_over():
+    """``transcript.text.done`` is the file stream's event (``TranscriptionTextDoneEvent``, its
+    segments ``TranscriptionDiarizedSegment``); the realtime client, which does not know the
+    type, constructs it as some event class without failing, its ``type`` and fields as sent."""
+    pytest.importorskip("openai.types.realtime")
+    from openai._models import construct_type_unchecked
+    from openai.types.audio import TranscriptionDiarizedSegment, TranscriptionTextDoneEvent
+    from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+
+    message = json.loads(TranscriptDone(**done_event(two_speakers(), segments=True)).to_text())
+    validated = TranscriptionTextDoneEvent.model_validate(message)
+    assert validated.text == "Hi. Hello." and set(validated.model_extra) == {"event_id", "segments", "warnings"}
+    for segment in message["segments"]:
+        TranscriptionDiarizedSegment.model_validate(segment)
+    parsed = construct_type_unchecked(value=message, type_=RealtimeServerEvent)
+    assert parsed.type == "transcript.text.done" and parsed.text == "Hi. Hello."
+    assert [s["speaker"] for s in parsed.segments] == ["SPEAKER_00", "Alice"]
 
 
 def test_16_khz_pcm_reaches_sdk_clients_though_the_sdk_types_only_24000():
@@ -345,6 +397,11 @@ def test_what_the_sdk_client_sends_is_parsed():
                                                "event_id": "x"})), InputAudioBufferAppend)
     assert isinstance(parse_client_event(sent({"type": "input_audio_buffer.commit"})), InputAudioBufferCommit)
     assert isinstance(parse_client_event(sent({"type": "input_audio_buffer.clear"})), InputAudioBufferClear)
+    # ours: the SDK's connection.send takes any dict and sends it as it is
+    assert isinstance(parse_client_event(sent({"type": "speaker_asr.session.finish"})), SessionFinish)
+    final = {"type": "transcription", "speaker_asr": {"final_transcript": True}}
+    assert TranscriptionSession.new().apply(
+        parse_client_event(sent({"type": "session.update", "session": final})).session).speaker_asr.final_transcript
 
 
 def test_error_events_are_plain_server_events():
@@ -356,6 +413,6 @@ def test_error_events_are_plain_server_events():
 
 def test_the_live_package_imports_no_torch():
     code = ("import sys; import speaker_asr.live.events, speaker_asr.live.audio_format, "
-            "speaker_asr.live.agreement, speaker_asr.live.speakers; print('torch' in sys.modules)")
+            "speaker_asr.live.agreement, speaker_asr.live.speakers, speaker_asr.live.final_pass; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

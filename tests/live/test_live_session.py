@@ -119,7 +119,11 @@ def run_session(messages, engine=None, vad=True):
 
 def types(sent):
     return [e["type"].removeprefix("conversation.item.input_audio_transcription.")
-            .removeprefix("input_audio_buffer.") for e in sent]
+            .removeprefix("input_audio_buffer.").removeprefix("conversation.") for e in sent]
+
+
+def item_of(event) -> str:
+    return event["item"]["id"] if "item" in event else event["item_id"]
 
 
 def test_turn_detector_starts_with_padding_and_stops_after_the_silence():
@@ -146,7 +150,8 @@ def test_server_vad_opens_and_commits_an_item_with_deltas_completed_and_a_segmen
     kinds = types(sent)[2:]
     assert kinds[0] == "speech_started" and "speech_stopped" in kinds and "committed" in kinds
     assert kinds.index("speech_stopped") < kinds.index("committed") < kinds.index("completed")
-    assert kinds[-1] == "segment" and kinds[-2] == "completed"
+    assert kinds[kinds.index("committed") + 1] == "item.added"
+    assert kinds[-3:] == ["completed", "segment", "item.done"]
     started = sent[2]
     assert abs(started["audio_start_ms"] - 900) <= 40  # 1 s less the 100 ms padding
     stopped = next(e for e in sent if e["type"].endswith("speech_stopped"))
@@ -155,9 +160,12 @@ def test_server_vad_opens_and_commits_an_item_with_deltas_completed_and_a_segmen
     completed = next(e for e in sent if e["type"].endswith(".completed"))
     assert deltas == completed["transcript"] and completed["transcript"].startswith("w0 w1")
     assert sum(1 for k in kinds if k == "delta") >= 2  # partial decodes agreed before the commit
-    segment = sent[-1]
+    segment = sent[-2]
     assert segment["speaker"] == "SPEAKER_00" and 0.85 <= segment["start"] < segment["end"]
-    assert {e["item_id"] for e in sent[2:]} == {started["item_id"]}
+    assert {item_of(e) for e in sent[2:]} == {started["item_id"]}
+    added, done = (e["item"] for e in sent if e["type"].startswith("conversation.item.") and "item" in e)
+    assert added["content"] == [{"type": "input_audio", "transcript": None}] and added["role"] == "user"
+    assert done["content"] == [{"type": "input_audio", "transcript": completed["transcript"]}]
 
 
 def test_two_utterances_of_different_voices_get_two_speakers_and_chained_items():
@@ -220,7 +228,7 @@ def test_manual_commit_clear_and_faults_keep_the_session_going():
             *frames(audio), '{"type": "input_audio_buffer.clear"}']
     sent = run_session(msgs, vad=False)
     kinds = types(sent)
-    assert kinds[2:5] == ["committed", "delta", "completed"]
+    assert kinds[2:6] == ["committed", "item.added", "delta", "completed"]
     errors = [e["error"] for e in sent if e["type"] == "error"]
     assert [e["code"] for e in errors] == ["invalid_json", "invalid_value", "invalid_value", "invalid_value",
                                            "input_audio_buffer_commit_empty"]
@@ -261,3 +269,290 @@ def test_silero_finds_the_speech_of_the_shared_clip():
         events += detector.push(*vad.probabilities(audio[i:i + 320]))
     starts = [e.sample / SR for e in events if e.kind == "start"]
     assert starts and 0.3 < starts[0] < 1.5 and len(starts) <= 3  # the caller starts at ~0.9 s
+
+
+# -- the end: speaker_asr.session.finish and the final pass ------------------------------------
+
+FINISH = '{"type": "speaker_asr.session.finish", "event_id": "f1"}'
+COMMIT = '{"type": "input_audio_buffer.commit"}'
+
+
+class FinalEngine(FakeEngine):
+    """FakeEngine with a final pass that returns ``result`` (or raises) and records its input."""
+
+    def __init__(self, result=None, fail_final: bool = False):
+        super().__init__()
+        self.result, self.fail_final, self.final_calls = result, fail_final, []
+
+    def transcribe_session(self, audio, config, progress):
+        self.final_calls.append((audio.copy(), config))
+        progress(None)
+        if self.fail_final:
+            raise RuntimeError("final boom")
+        return self.result
+
+
+def offline(*parts, duration: float = 5.0, known=()):
+    """A hand-made file-pipeline Result: (start, end, text, speaker) per segment."""
+    from speaker_asr.result import KnownSpeaker, Result
+    from speaker_asr.types import Segment
+
+    segments = [Segment(" " + text, start, end, speaker) for start, end, text, speaker in parts]
+    return Result("".join(s.text for s in segments), segments, "en", duration, diarized=True,
+                  known_speakers=[KnownSpeaker(name, name, 0.9) for name in known])
+
+
+def finish_session(messages, engine, speaker_asr=None, vad=False):
+    """A session (manual commits unless ``vad``) fed ``messages`` that end with the finish:
+    (the events sent, how the session ended)."""
+    sent, ended = [], []
+
+    async def send(event):
+        sent.append(event.to_json())
+
+    async def main():
+        session = LiveSession(send, engine, LoudVad)
+        await session.start()
+        td = {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100} if vad else None
+        await session.handle(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                                         "transcription": {"language": "en", "prompt": "Hi"},
+                                                         "turn_detection": td}},
+            "speaker_asr": {"max_speakers": 3, **(speaker_asr or {})}}}))
+        for m in messages:
+            await session.handle(m)
+            await asyncio.sleep(0)
+        ended.append(await session.ending)
+        await session.close()
+
+    asyncio.run(main())
+    return sent, ended[0]
+
+
+def test_finish_without_a_final_pass_commits_the_buffer_and_finishes_every_item():
+    msgs = [*frames(speech(1.0, 0.1)), COMMIT, *frames(speech(1.0, 0.5)), FINISH]
+    sent, ended = finish_session(msgs, FinalEngine())
+    assert ended == "finished"
+    kinds = types(sent)[2:]
+    assert kinds.count("committed") == 2 and kinds.count("item.added") == 2  # the second by the finish
+    assert kinds[-4:] == ["delta", "completed", "segment", "item.done"]
+    for item in {item_of(e) for e in sent[2:]}:  # each item's events in order, its done last
+        assert types([e for e in sent[2:] if item_of(e) == item]) == [
+            "committed", "item.added", "delta", "completed", "segment", "item.done"]
+    done = [e for e in sent if e["type"] == "conversation.item.done"]
+    committed = [e for e in sent if e["type"] == "input_audio_buffer.committed"]
+    assert [d["item"]["id"] for d in done] == [c["item_id"] for c in committed]
+    assert done[1]["previous_item_id"] == committed[0]["item_id"]
+    assert done[1]["item"]["content"][0]["transcript"] == "w0 w1"
+
+
+def test_the_final_pass_is_sent_last_with_the_live_labels_and_a_fresh_one():
+    # live: quiet voice 0-2 s -> SPEAKER_00, loud 2-4 s -> SPEAKER_01, the last second (silence,
+    # committed by the finish) -> SPEAKER_00. Offline: its own labels, and one speaker only it found.
+    result = offline((0.0, 2.0, "one", "SPEAKER_02"), (2.0, 4.0, "two", "SPEAKER_00"),
+                     (4.2, 4.8, "three", "SPEAKER_01"))
+    engine = FinalEngine(result)
+    audio = [speech(2.0, 0.1), speech(2.0, 0.5), silence(1.0)]
+    msgs = [*frames(audio[0]), COMMIT, *frames(audio[1]), COMMIT, *frames(audio[2]), FINISH]
+    sent, ended = finish_session(msgs, engine, {"final_transcript": True})
+    assert ended == "finished"
+    last = sent[-1]
+    assert last["type"] == "transcript.text.done" and last["event_id"].startswith("event_")
+    assert types(sent)[-2] == "item.done" and types(sent).count("item.done") == 3
+    live = [(e["start"], e["speaker"]) for e in sent if e["type"].endswith(".segment")]
+    assert [s for _, s in live] == ["SPEAKER_00", "SPEAKER_01", "SPEAKER_00"]
+    assert last["text"] == "one two three"
+    assert [(s["start"], s["end"], s["text"], s["speaker"]) for s in last["segments"]] == [
+        (0.0, 2.0, "one", "SPEAKER_00"), (2.0, 4.0, "two", "SPEAKER_01"), (4.2, 4.8, "three", "SPEAKER_02")]
+    assert all(s["type"] == "transcript.text.segment" for s in last["segments"])
+    (audio_in, config), = engine.final_calls
+    assert len(audio_in) == 5 * SR and np.allclose(audio_in, np.concatenate(audio), atol=3 / 32768)
+    assert (config.language, config.prompt, config.max_speakers) == ("en", "Hi", 3)
+
+
+def test_a_final_pass_turned_on_mid_session_is_on_the_session_clock_and_cleared_audio_is_silent():
+    engine = FinalEngine(offline((0.5, 1.5, "late", "SPEAKER_00"), duration=2.0))
+    on = json.dumps({"type": "session.update", "session": {"type": "transcription",
+                                                           "speaker_asr": {"final_transcript": True}}})
+    msgs = [*frames(speech(1.0)), COMMIT, on, *frames(speech(0.5)), '{"type": "input_audio_buffer.clear"}',
+            *frames(speech(1.5, 0.1)), FINISH]
+    sent, ended = finish_session(msgs, engine)
+    (audio_in, _), = engine.final_calls
+    assert len(audio_in) == 2 * SR  # from the update on
+    assert not audio_in[:SR // 2].any() and audio_in[SR // 2:].any()  # the cleared half second
+    last = sent[-1]
+    # 1 s later on the clock; the live speaker of that stretch is SPEAKER_00 too
+    assert [(s["start"], s["end"], s["speaker"]) for s in last["segments"]] == [(1.5, 2.5, "SPEAKER_00")]
+
+
+def test_a_failed_final_pass_is_an_error_without_internals():
+    sent, ended = finish_session([*frames(speech(1.0)), FINISH], FinalEngine(fail_final=True),
+                                 {"final_transcript": True})
+    assert ended == "final_pass_failed"
+    error = sent[-1]
+    assert error["type"] == "error" and error["error"]["type"] == "server_error"
+    assert error["error"]["code"] == "final_transcript_failed" and "boom" not in json.dumps(error)
+    assert types(sent)[-2] == "item.done"  # the items were finished first
+
+
+def test_events_after_the_finish_are_refused():
+    sent, ended = finish_session([*frames(speech(1.0)), FINISH, COMMIT], FinalEngine())
+    errors = [e["error"] for e in sent if e["type"] == "error"]
+    assert [e["code"] for e in errors] == ["session_ending"]
+    assert "speaker_asr.session.finish" in errors[0]["message"]
+
+
+def test_a_failed_item_is_done_with_a_null_transcript():
+    sent = run_session([*frames(speech(1.0)), COMMIT], engine=FakeEngine(fail=True), vad=False)
+    assert types(sent)[-2:] == ["failed", "item.done"]
+    assert sent[-1]["item"]["content"] == [{"type": "input_audio", "transcript": None}]
+
+
+def test_a_client_that_leaves_stops_the_final_pass_on_the_model_thread():
+    import threading
+
+    from speaker_asr.live.session import FinalPassCancelled
+
+    started, stopped = threading.Event(), threading.Event()
+
+    class SlowEngine(FakeEngine):
+        async def run(self, fn):
+            return await asyncio.to_thread(fn)
+
+        def transcribe_session(self, audio, config, progress):
+            started.set()
+            try:
+                for _ in range(500):  # ~10 s unless stopped
+                    progress(None)
+                    threading.Event().wait(0.02)
+            except FinalPassCancelled:
+                stopped.set()
+                raise
+            raise AssertionError("the final pass was not stopped")
+
+    async def send(event):
+        pass
+
+    async def main():
+        session = LiveSession(send, SlowEngine(), LoudVad)
+        await session.start()
+        await session.handle(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "speaker_asr": {"final_transcript": True},
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+        for m in frames(speech(0.5)):
+            await session.handle(m)
+        await session.handle(FINISH)
+        assert await asyncio.to_thread(started.wait, 10)
+        await session.close()  # the client left
+        assert session.ending.cancelled()
+        assert await asyncio.to_thread(stopped.wait, 5)
+
+    asyncio.run(main())
+
+
+def test_with_server_vad_the_finish_commits_the_open_utterance_but_not_the_padding():
+    sent, _ = finish_session([*frames(silence(0.5)), *frames(speech(2.0)), FINISH], FinalEngine(), vad=True)
+    kinds = types(sent)[2:]
+    assert kinds[0] == "speech_started" and "speech_stopped" not in kinds
+    assert kinds.count("committed") == 1 and kinds[-3:] == ["completed", "segment", "item.done"]
+    sent, ended = finish_session([*frames(silence(1.0)), FINISH], FinalEngine(), vad=True)
+    assert types(sent)[2:] == [] and ended == "finished"
+
+
+# -- the route (speaker_asr/serving/realtime.py) around the session, on a stand-in socket -------
+
+class FakeSocket:
+    """What the route uses of Starlette's WebSocket; ``incoming`` feeds ``receive``."""
+
+    def __init__(self):
+        self.scope, self.headers, self.query_params = {"subprotocols": []}, {}, {"intent": "transcription"}
+        self.incoming: asyncio.Queue = asyncio.Queue()
+        self.sent, self.close_code = [], None
+
+    async def accept(self, subprotocol=None):
+        pass
+
+    async def receive(self):
+        return await self.incoming.get()
+
+    async def send_text(self, text):
+        if self.close_code is not None:
+            raise RuntimeError("closed")
+        self.sent.append(json.loads(text))
+
+    async def close(self, code=1000, reason=None):
+        self.close_code = code
+
+    def put(self, text):
+        self.incoming.put_nowait({"type": "websocket.receive", "text": text})
+
+
+def route_with(engine, max_session_s: float = 60.0):
+    from speaker_asr.serving.metrics import Metrics
+    from speaker_asr.serving.realtime import RealtimeRoute
+
+    class Runner:
+        ready, max_queue, rejected_queue_full, dropped_disconnected, load_seconds, handler = True, 1, 0, 0, None, None
+
+        def counts(self):
+            return 0, 0
+
+    metrics = Metrics(Runner())
+    route = RealtimeRoute(Runner(), None, 1, max_session_s, 1 << 20, vad_factory=LoudVad, metrics=metrics)
+    route.engine = engine
+    return route, metrics.registry
+
+
+def test_the_route_expires_a_session_and_counts_it():
+    route, registry = route_with(FakeEngine(), max_session_s=0.2)
+    socket = FakeSocket()
+    asyncio.run(route.endpoint(socket))
+    assert socket.sent[0]["type"] == "session.created"
+    assert socket.sent[-1]["error"]["code"] == "session_expired" and socket.close_code == 1000
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "expired"}) == 1
+    assert registry.get_sample_value("asr_live_sessions_open") == 0 and route.open == 0
+
+
+def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
+    import threading
+
+    from speaker_asr.live.session import FinalPassCancelled
+
+    started, stopped = threading.Event(), threading.Event()
+
+    class SlowEngine(FakeEngine):
+        async def run(self, fn):
+            return await asyncio.to_thread(fn)
+
+        def transcribe_session(self, audio, config, progress):
+            started.set()
+            try:
+                for _ in range(500):
+                    progress(None)
+                    threading.Event().wait(0.02)
+            except FinalPassCancelled:
+                stopped.set()
+                raise
+
+    route, registry = route_with(SlowEngine())
+    socket = FakeSocket()
+
+    async def main():
+        serving = asyncio.ensure_future(route.endpoint(socket))
+        socket.put(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "speaker_asr": {"final_transcript": True},
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+        for m in frames(speech(1.0)):
+            socket.put(m)
+        socket.put(FINISH)
+        assert await asyncio.to_thread(started.wait, 10)
+        socket.incoming.put_nowait({"type": "websocket.disconnect", "code": 1001})
+        await asyncio.wait_for(serving, 10)
+        assert await asyncio.to_thread(stopped.wait, 5)
+
+    asyncio.run(main())
+    assert socket.close_code is None and "transcript.text.done" not in types(socket.sent)
+    assert types(socket.sent)[-1] == "item.done"  # the items were finished before the pass began
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "client_closed"}) == 1
+    assert registry.get_sample_value("asr_live_items_total", {"status": "completed"}) == 1
+    assert registry.get_sample_value("asr_live_audio_seconds_total") == pytest.approx(1.0)

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import ServerProcess, server_env, tone
+from helpers import ServerProcess, parse_metrics, server_env, tone, wait_until
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
@@ -65,12 +65,13 @@ def appends(audio: np.ndarray, sr: int = 16_000, ms: int = 20):
         yield json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()})
 
 
-def manual_session(ws) -> dict:
+def manual_session(ws, **speaker_asr) -> dict:
     created = receive(ws)
     assert created["type"] == "session.created"
     ws.send(json.dumps({"type": "session.update", "event_id": "u1", "session": {
         "type": "transcription", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
-                                                     "turn_detection": None}}}}))
+                                                     "turn_detection": None}},
+        **({"speaker_asr": speaker_asr} if speaker_asr else {})}}))
     updated = receive(ws)
     assert updated["type"] == "session.updated", updated
     assert updated["session"]["audio"]["input"]["turn_detection"] is None
@@ -154,6 +155,81 @@ def test_a_second_session_over_max_sessions_is_refused_while_the_first_goes_on(l
     assert event["type"] == "session.created"
 
 
+def metrics(server):
+    return parse_metrics(server.get("/metrics", headers={"Authorization": f"Bearer {KEY}"}).text)
+
+
+def test_finish_sends_the_final_transcript_closes_and_is_counted_and_logged(live):
+    before = metrics(live)
+    with connect(live) as ws:
+        updated = manual_session(ws, final_transcript=True)
+        assert updated["session"]["speaker_asr"]["final_transcript"] is True
+        for message in appends(tone(1.5, freq=180.0)):
+            ws.send(message)
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        for message in appends(tone(1.5, freq=300.0)):
+            ws.send(message)
+        ws.send(json.dumps({"type": "speaker_asr.session.finish"}))  # commits the second item
+        events = until(ws, "transcript.text.done", timeout=300)
+        with pytest.raises(Exception):
+            ws.recv(timeout=30)
+        assert ws.close_code == 1000
+    kinds = [e["type"] for e in events]
+    assert "error" not in kinds and kinds.count("input_audio_buffer.committed") == 2
+    assert kinds.count("conversation.item.added") == 2 and kinds.count("conversation.item.done") == 2
+    assert kinds[-2] == "conversation.item.done"
+    done = events[-1]
+    assert isinstance(done["text"], str) and isinstance(done["segments"], list)
+    for segment in done["segments"]:
+        assert segment["type"] == "transcript.text.segment" and 0.0 <= segment["start"] <= segment["end"] <= 3.05
+    live_labels = {e["speaker"] for e in events if e["type"].endswith(".segment")}
+    offline_labels = {s["speaker"] for s in done["segments"]}
+    assert not live_labels or not offline_labels or live_labels & offline_labels  # the same names
+
+    def counted():
+        after = metrics(live)
+        return after if after['asr_live_sessions_ended_total{outcome="finished"}'] == \
+            before['asr_live_sessions_ended_total{outcome="finished"}'] + 1 else None
+
+    after = wait_until(counted)
+    assert after["asr_live_sessions_started_total"] == before["asr_live_sessions_started_total"] + 1
+    assert after["asr_live_sessions_open"] == 0
+    assert after['asr_live_items_total{status="completed"}'] == \
+        before['asr_live_items_total{status="completed"}'] + 2
+    assert after["asr_live_item_latency_seconds_count"] == before["asr_live_item_latency_seconds_count"] + 2
+    assert after["asr_live_audio_seconds_total"] - before["asr_live_audio_seconds_total"] == \
+        pytest.approx(3.0, abs=0.01)
+    session_id = updated["session"]["id"]
+
+    def logged():
+        for line in live.log().splitlines():
+            if '"live session"' in line and session_id in line:
+                return json.loads(line)
+        return None
+
+    entry = wait_until(logged)
+    assert entry["logger"] == "server.access" and entry["request_id"] == entry["session_id"] == session_id
+    assert entry["outcome"] == "finished" and entry["audio_seconds"] == pytest.approx(3.0, abs=0.01)
+    assert entry["items_completed"] == 2 and entry["items_failed"] == 0 and entry["final_transcript"] is True
+    assert entry["total_ms"] > 0
+    assert KEY not in live.log()
+
+
+def test_refusals_are_counted_by_code(live):
+    refused = 'asr_live_sessions_refused_total{code="invalid_intent"}'
+    before = metrics(live)
+    count = before[refused] if refused in before else 0
+    with connect(live, intent="conversation") as ws:
+        assert receive(ws)["error"]["code"] == "invalid_intent"
+
+    def counted():
+        m = metrics(live)
+        return m if refused in m and m[refused] == count + 1 else None
+
+    after = wait_until(counted)
+    assert after["asr_live_sessions_started_total"] == before["asr_live_sessions_started_total"]
+
+
 def test_the_openai_sdk_realtime_client(live):
     openai = pytest.importorskip("openai")
     client = openai.AsyncOpenAI(base_url=live.url + "/v1", api_key=KEY, max_retries=0,
@@ -165,7 +241,8 @@ def test_the_openai_sdk_realtime_client(live):
             created = await conn.recv()
             assert created.type == "session.created"
             await conn.session.update(session={"type": "transcription", "audio": {"input": {
-                "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": None}}})
+                "format": {"type": "audio/pcm", "rate": 24000}, "turn_detection": None}},
+                "speaker_asr": {"final_transcript": True}})
             updated = await conn.recv()
             assert updated.type == "session.updated"
             audio = tone(1.5, sr=24_000, freq=200.0)
@@ -173,16 +250,28 @@ def test_the_openai_sdk_realtime_client(live):
                 pcm = (np.clip(audio[i:i + 480], -1, 1) * 32767).astype("<i2").tobytes()
                 await conn.input_audio_buffer.append(audio=base64.b64encode(pcm).decode())
             await conn.input_audio_buffer.commit()
-            kinds = []
-            while True:
-                event = await asyncio.wait_for(conn.recv(), 120)
-                kinds.append(event.type)
-                if event.type == "conversation.item.input_audio_transcription.completed":
-                    return kinds, event
+            # ours: the SDK sends a dict as it is, and reads the final event (a type it does not
+            # know) without failing; the close (1000) ends its iterator
+            await conn.send({"type": "speaker_asr.session.finish"})
+            events = []
 
-    kinds, completed = asyncio.run(main())
-    assert kinds[0] == "input_audio_buffer.committed" and "error" not in kinds
+            async def read():
+                async for event in conn:
+                    events.append(event)
+
+            await asyncio.wait_for(read(), 300)
+            return events
+
+    events = asyncio.run(main())
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["input_audio_buffer.committed", "conversation.item.added"] and "error" not in kinds
+    assert kinds[-2:] == ["conversation.item.done", "transcript.text.done"]
+    assert events[1].item.content[0].type == "input_audio" and events[1].item.content[0].transcript is None
+    completed = next(e for e in events if e.type == "conversation.item.input_audio_transcription.completed")
     assert completed.usage.seconds == pytest.approx(1.5, abs=0.05)
+    assert events[-2].item.content[0].transcript == completed.transcript
+    final = events[-1]  # an SDK class that does not know the type, its fields as sent
+    assert isinstance(final.text, str) and isinstance(final.segments, list)
 
 
 def real_speech(start: float, end: float, sr: int) -> np.ndarray:
