@@ -14,8 +14,9 @@ the warm-up on, then per recording:
 
 1. the live session: ``session.update`` (``server_vad`` with ``--threshold``, ``--prefix-ms``,
    ``--silence-ms``; ``return_word_timestamps``), the audio in frames of ``--frame-ms`` sent on a
-   fixed schedule (``--speed`` 1 = real time), then a commit for what is still open; every
-   server event is kept with the time it came;
+   fixed schedule (``--speed`` 1 = real time), then ``speaker_asr.session.finish`` (our
+   extension: the server commits what is open, finishes every item and closes); every server
+   event is kept with the time it came;
 2. the file endpoint (``POST /``, the whole recording, the same models), after the live session
    has ended, so the two never share the CPU.
 
@@ -25,8 +26,8 @@ when the frame that carries it was sent):
 * **end -> completed**: from the end of an utterance (``speech_stopped``'s ``audio_end_ms``, the
   end of its last speech) to its ``completed`` event. It includes the ``--silence-ms`` the VAD
   waits before it may call the speech over; ``commit -> completed`` leaves that wait out.
-  Utterances ended by the 30 s cap or the closing commit have no ``speech_stopped`` and are not in
-  these figures.
+  Utterances ended by the 30 s cap or the session's finish have no ``speech_stopped`` and are
+  not in these figures.
 * **speech -> first delta**: from the speech's start (``audio_start_ms`` plus the prefix padding
   the VAD put before it) to the item's first ``delta`` event, whether it came from a partial
   decode while the person spoke or with the final decode; ``before its end`` counts the items
@@ -156,26 +157,11 @@ async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
                                    "prefix_padding_ms": args.prefix_ms,
                                    "silence_duration_ms": args.silence_ms}}},
             "speaker_asr": {"return_word_timestamps": True}})
-        committed: set[str] = set()
-        done: set[str] = set()
-        sent_all = asyncio.Event()
-
         async def receive():
-            while True:
-                try:  # once the audio is sent: done when every item completed and then it is quiet
-                    event = await asyncio.wait_for(conn.recv(), args.quiet_s if sent_all.is_set() else None)
-                except asyncio.TimeoutError:
-                    if committed <= done:
-                        return
-                    continue
+            async for event in conn:  # until the server closes the session (after the finish)
                 data = event.to_dict()
                 out.events.append((time.perf_counter(), data))
-                kind = data["type"]
-                if kind == "input_audio_buffer.committed":
-                    committed.add(data["item_id"])
-                elif kind in (COMPLETED, FAILED):
-                    done.add(data["item_id"])
-                elif kind == "error":
+                if data["type"] == "error":
                     print(f"  error event: {data['error'].get('message')}", file=sys.stderr)
 
         receiver = asyncio.ensure_future(receive())
@@ -189,12 +175,12 @@ async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
             out.frame_sent.append(time.perf_counter())
             if receiver.done():
                 break
-        await conn.input_audio_buffer.commit()  # what is still open (an error if nothing is: fine)
-        sent_all.set()
+        # our extension: commit what is open, finish every item (segments included), close
+        await conn.send({"type": "speaker_asr.session.finish"})
         try:
             await asyncio.wait_for(receiver, args.drain_timeout)
         except asyncio.TimeoutError:
-            print(f"  not every item completed within {args.drain_timeout:g} s of the audio's end", file=sys.stderr)
+            print(f"  the session did not finish within {args.drain_timeout:g} s of the audio's end", file=sys.stderr)
         out.ended = time.perf_counter()
     return out
 
@@ -418,8 +404,6 @@ def main(argv=None) -> int:
     p.add_argument("--max-seconds", type=float, help="only the first seconds of each recording")
     p.add_argument("--drain-timeout", type=float, default=120.0,
                    help="seconds to wait after the audio's end for the last items")
-    p.add_argument("--quiet-s", type=float, default=3.0,
-                   help="after the audio, the session ends once every item is completed and no event came for this long")
     p.add_argument("--no-file", action="store_true", help="no file-endpoint comparison")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the server (default: torch's)")
     args = p.parse_args(argv)

@@ -34,11 +34,12 @@ Bounds (each documented in docs/serving.md, "Live")
 
 Decoding (on the server's one model thread, :class:`LiveEngine`; never two model calls at once)
     * While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
-      :data:`PARTIAL_INTERVAL_S` seconds of new audio, and once in each pause of at least
-      :data:`PAUSE_DECODE_S` (with word times: when that pause turns out to end the utterance,
-      this decode already holds all its speech and is its final decode, so the text is ready
-      when the VAD commits); skipped when the model is busy with anything else (another
-      session's item, a file request) or this session's previous partial. Each decode feeds
+      :data:`PARTIAL_INTERVAL_S` seconds of new audio and once in each pause of at least
+      :data:`PAUSE_DECODE_S`, skipped when the model is busy with anything else (another
+      session's item, a file request) or this session's previous partial. Partial decodes have
+      word times, as the final one: when the utterance ends, the last partial whose audio holds
+      all its speech (it began after the speech's last window; the pause's decode makes that
+      likely) is its final decode, so the text is ready when the VAD commits. Each decode feeds
       :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
       ``delta`` events.
     * At commit: the item's full decode (with word times where the model has alignment heads)
@@ -121,7 +122,7 @@ logger = logging.getLogger("server")
 MAX_ITEM_S = 30.0  # Whisper's window: an item's most audio
 MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
 PARTIAL_INTERVAL_S = 1.0  # new audio between two partial decodes of a growing item
-PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a timed decode the final may reuse
+PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decode the final may reuse
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
@@ -227,11 +228,11 @@ class LiveEngine:
 
     # -- on the model thread ----------------------------------------------------------------
 
-    def decode(self, audio: np.ndarray, config: InferenceConfig, timed: bool = True) -> Decoded:
-        """The audio's transcript; ``timed``: with word times where the model has alignment heads
-        (the final decode: speakers are given by them; a partial decode needs only the words)."""
+    def decode(self, audio: np.ndarray, config: InferenceConfig) -> Decoded:
+        """The audio's transcript, with word times where the model has alignment heads (speakers
+        are given by them; they cost a decode a few percent)."""
         asr = self.handler.asr
-        words_mode = timed and bool(getattr(asr, "has_alignment_heads", False))
+        words_mode = bool(getattr(asr, "has_alignment_heads", False))
         transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False)
         text = (transcript.text or "").strip()
         words = [w for w in (transcript.words or []) if w.text.strip()]
@@ -284,9 +285,9 @@ class Item:
     start: int  # audio clock sample of its first sample
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     partial_at: int = 0  # samples it had at its last partial decode
-    paused_at: int = -1  # the speech end (clock sample) of the pause its last timed decode was for
+    paused_at: int = -1  # the speech end (clock sample) of the pause its last pause decode was for
     speech_end: Optional[int] = None  # where its speech ended (server VAD's stop), once committed
-    timed: Optional[tuple[int, Decoded]] = None  # the last timed partial decode: (audio end, result)
+    timed: Optional[tuple[int, Decoded]] = None  # its last partial decode: (audio end, result)
     previous_id: Optional[str] = None  # the item committed before it
 
 
@@ -633,11 +634,11 @@ class LiveSession:
     # -- decoding ----------------------------------------------------------------------------
 
     def _maybe_partial(self, item: Item) -> None:
-        """A partial decode of the growing item, when the model is free: in a pause of at least
-        :data:`PAUSE_DECODE_S` (once a pause) a *timed* one, which the item's final decode reuses
-        when the pause turns out to end the utterance (its audio then holds all the speech: what
-        follows is the silence), so the text is ready when the VAD commits; else one every
-        :data:`PARTIAL_INTERVAL_S` of new audio, for deltas only."""
+        """A partial decode of the growing item, when the model is free: once in each pause of at
+        least :data:`PAUSE_DECODE_S`, else one every :data:`PARTIAL_INTERVAL_S` of new audio. Each
+        is timed (word times, as the final decode) and kept: when the utterance ends, a partial
+        whose audio holds all its speech (it began after the speech's last window) *is* its final
+        decode, so the text is ready when the VAD commits; the pause's decode makes that likely."""
         grown = self.clock - item.start
         if grown < MIN_PARTIAL_S * SAMPLE_RATE:
             return
@@ -647,26 +648,23 @@ class LiveSession:
         speech_end = self.clock - pause
         if pause >= PAUSE_DECODE_S * SAMPLE_RATE and item.paused_at != speech_end:
             item.paused_at = speech_end
-            timed = True
-        elif grown - item.partial_at >= PARTIAL_INTERVAL_S * SAMPLE_RATE:
-            timed = False
-        else:
+        elif grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE:
             return
         item.partial_at = grown
         audio = self._audio(max(item.start, self.clock - int(MAX_ITEM_S * SAMPLE_RATE)), self.clock).copy()
-        self._partial = asyncio.ensure_future(self._run_partial(item, audio, self.clock if timed else None))
+        self._partial = asyncio.ensure_future(self._run_partial(item, audio, self.clock))
 
-    async def _run_partial(self, item: Item, audio: np.ndarray, end: Optional[int]) -> None:
-        """``end``: a timed decode of the item's audio up to that clock sample (kept for the final)."""
+    async def _run_partial(self, item: Item, audio: np.ndarray, end: int) -> None:
+        """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
         config = self.config
         try:
-            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, timed=end is not None))
+            decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.warning("a partial decode failed (skipped)", exc_info=True)
             return
-        if end is not None and end - len(audio) == item.start:  # the whole item: the final may use it
+        if end - len(audio) == item.start:  # the whole item: the final may use it
             item.timed = (end, decoded)
         if self.item is not item:  # committed meanwhile: its final decode closes it
             return
@@ -705,7 +703,7 @@ class LiveSession:
         seconds = len(audio) / SAMPLE_RATE
         try:
             if item.timed is not None and item.speech_end is not None and item.timed[0] >= item.speech_end:
-                decoded = item.timed[1]  # decoded in the pause that ended it: all its speech
+                decoded = item.timed[1]  # decoded after its last speech: all of it
             else:
                 decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
         except asyncio.CancelledError:
