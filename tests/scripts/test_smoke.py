@@ -261,6 +261,7 @@ def test_gpu_benchmark_bare_model_sections(env, tmp_path):
     assert "| assisted (batch 1, 4 tokens) | ms/token | x plain |" in (tmp_path / "gpu_benchmark-smoke.md").read_text()
 
 
+@heavy
 def test_live_replay(env, kit, tmp_path):
     """bench/live_replay.py: a recording without references (real speech: pyannote.audio's own
     sample, so silero-vad hears turns) and one in the real-meetings layout, through the openai
