@@ -225,12 +225,15 @@ def timings(out: Replay, prefix_ms: int) -> dict:
     first_delta: dict[str, float] = {}
     for t, e in out.of(DELTA):
         first_delta.setdefault(e["item_id"], t)
-    end_to_completed, commit_to_completed, speech_to_delta, early = [], [], [], 0
+    end_to_completed, commit_to_completed, speech_to_delta, early, per_item = [], [], [], 0, []
     for item, t_done in completed.items():
+        record = {"item_id": item, "audio_start_ms": started.get(item), "audio_end_ms": stopped.get(item)}
+        per_item.append(record)
         if item in stopped:
             sent = out.sent_at(stopped[item])
             if sent is not None:
                 end_to_completed.append(t_done - sent)
+                record["end_to_completed"] = round(t_done - sent, 3)
         if item in committed:
             commit_to_completed.append(t_done - committed[item])
         if item in first_delta and item in started:
@@ -245,7 +248,7 @@ def timings(out: Replay, prefix_ms: int) -> dict:
             "items": len(committed), "completed": len(completed),
             "failed": len(out.of(FAILED)), "deltas": len(out.of(DELTA)), "segments": len(out.of(SEGMENT)),
             "speakers": sorted({e["speaker"] for _, e in out.of(SEGMENT)}),
-            "errors": [e["error"].get("message") for _, e in out.of("error")]}
+            "errors": [e["error"].get("message") for _, e in out.of("error")], "per_item": per_item}
 
 
 def quantile(values: list[float], q: float) -> Optional[float]:

@@ -28,6 +28,7 @@ from speaker_asr.asr.hallucination import drop_hallucinations
 from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S,
                                 InferenceConfig, ModelCapabilities, ModelSettings)
 from speaker_asr.compat import dtype_kwarg, transformers_major
+from speaker_asr.patches.draft_decoding import DRAFT, PROPOSED, DraftTokens, draft_allowed
 from speaker_asr.patches.scope import RequestScope
 from speaker_asr.progress import AsrWindows, ProgressCallback
 from speaker_asr.types import Segment, Transcript, Word
@@ -294,14 +295,18 @@ class WhisperTranscriber:
 
     def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False,
                    progress: Optional[ProgressCallback] = None, record: bool = True,
-                   max_new_tokens: Optional[int] = None) -> Transcript:
+                   max_new_tokens: Optional[int] = None, draft: Optional[DraftTokens] = None) -> Transcript:
         """Timestamped segments, and words when ``word_timestamps`` and the model has alignment
         heads (check :attr:`has_alignment_heads`). ``progress`` hears the windows decoded (on
         this thread): after each batch of chunked decoding, within Whisper's sequential loop as
         it moves on (where generate reports it), and at the end. ``record=False`` (the warm-up at
         load): the decode's time is not given to :attr:`assist_policy` (give ``assisted`` as
         true or false then: ``auto`` would still ask the policy); ``max_new_tokens``: at most this
-        many tokens per window (the warm-up's cap, below ``MAX_NEW_TOKENS``)."""
+        many tokens per window (the warm-up's cap, below ``MAX_NEW_TOKENS``). ``draft`` (a growing
+        live utterance, speaker_asr/patches/draft_decoding.py): its ``given`` tokens, the previous
+        decode of this audio's beginning, are proposed to the model, which keeps the ones it would
+        pick itself (the same greedy tokens, fewer decoder steps; only for one greedy window without
+        an assistant), and ``generated`` receives this decode's tokens."""
         import torch
 
         words_mode = word_timestamps and self.has_alignment_heads
@@ -329,6 +334,9 @@ class WhisperTranscriber:
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
+        if draft is not None and draft.given and not chunked and not assisted \
+                and len(audio) <= MAX_CHUNK_LENGTH_S * SAMPLE_RATE and draft_allowed(generate_kwargs):
+            generate_kwargs["prompt_lookup_num_tokens"] = PROPOSED  # assisted generation, our draft
         if max_new_tokens is not None:
             generate_kwargs["max_new_tokens"] = min(max_new_tokens,
                                                     generate_kwargs.get("max_new_tokens", max_new_tokens))
@@ -346,7 +354,8 @@ class WhisperTranscriber:
         # request-scoped (this thread), never model state: the bfloat16 projection only for
         # greedy decoding that reads no probabilities; the windows counted for ``progress``
         with torch.inference_mode(), one_pass_per_window(chunked), \
-                fast_lm_head_scope(fast_lm_head_allowed(generate_kwargs)), _WINDOWS.set(windows):
+                fast_lm_head_scope(fast_lm_head_allowed(generate_kwargs)), _WINDOWS.set(windows), \
+                DRAFT.set(draft):
             out = self.pipe(
                 {"raw": audio, "sampling_rate": SAMPLE_RATE},
                 **window,

@@ -34,8 +34,9 @@ Bounds (each documented in docs/serving.md, "Live")
 
 Decoding (on the server's one model thread, :class:`LiveEngine`; never two model calls at once)
     * While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
-      :data:`PARTIAL_INTERVAL_S` seconds of new audio and once in each pause of at least
-      :data:`PAUSE_DECODE_S`, skipped when the model is busy with anything else (another
+      :data:`PARTIAL_INTERVAL_S` seconds of new audio (and after the model rested
+      :data:`PARTIAL_REST` times as long as the last partial took) and once in each pause of at
+      least :data:`PAUSE_DECODE_S`, skipped when the model is busy with anything else (another
       session's item, a file request) or this session's previous partial. Partial decodes have
       word times, as the final one: when the utterance ends, the last partial whose audio holds
       all its speech (it began after the speech's last window; the pause's decode makes that
@@ -123,6 +124,9 @@ MAX_ITEM_S = 30.0  # Whisper's window: an item's most audio
 MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
 PARTIAL_INTERVAL_S = 1.0  # new audio between two partial decodes of a growing item
 PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decode the final may reuse
+# the model rests between two cadence partials at least this times as long as the last decode
+# took: a decode that ends an utterance then rarely waits behind one (pause decodes do not wait)
+PARTIAL_REST = 1.0
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
@@ -144,6 +148,7 @@ class Decoded:
     text: str
     words: list[Word]
     transcript: Optional[Transcript] = None  # the ASR's own result (None from a stand-in engine)
+    tokens: Optional[list[int]] = None  # the tokens the model generated: the next decode's draft
 
 
 @dataclass
@@ -228,17 +233,23 @@ class LiveEngine:
 
     # -- on the model thread ----------------------------------------------------------------
 
-    def decode(self, audio: np.ndarray, config: InferenceConfig) -> Decoded:
+    def decode(self, audio: np.ndarray, config: InferenceConfig,
+               previous: Optional[Decoded] = None) -> Decoded:
         """The audio's transcript, with word times where the model has alignment heads (speakers
-        are given by them; they cost a decode a few percent)."""
+        are given by them; they cost a decode a few percent). ``previous``: a decode of the same
+        audio's beginning, whose tokens the model verifies as its draft
+        (speaker_asr/patches/draft_decoding.py: the same text in fewer decoder steps)."""
+        from speaker_asr.patches.draft_decoding import DraftTokens
+
         asr = self.handler.asr
         words_mode = bool(getattr(asr, "has_alignment_heads", False))
-        transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False)
+        draft = DraftTokens(given=previous.tokens if previous is not None else None)
+        transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False, draft=draft)
         text = (transcript.text or "").strip()
         words = [w for w in (transcript.words or []) if w.text.strip()]
         if not words and text:  # no alignment heads: the words without times
             words = [Word(" " + part, None, None) for part in text.split()]
-        return Decoded(text, words, transcript)
+        return Decoded(text, words, transcript, draft.generated)
 
     def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
         from speaker_asr.diarization.embeddings import embed_clip
@@ -327,6 +338,7 @@ class LiveSession:
         self._room = asyncio.Event()
         self._room.set()
         self._partial: Optional[asyncio.Task] = None
+        self._decoded = (0.0, 0.0)  # the last partial decode: (monotonic time it ended, seconds)
         self._worker: Optional[asyncio.Task] = None
         self.items = {"completed": 0, "failed": 0}  # items by how their transcription ended
         self._committed_at: dict[str, float] = {}  # item id -> when its commit was sent
@@ -648,7 +660,8 @@ class LiveSession:
         speech_end = self.clock - pause
         if pause >= PAUSE_DECODE_S * SAMPLE_RATE and item.paused_at != speech_end:
             item.paused_at = speech_end
-        elif grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE:
+        elif grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE \
+                or time.monotonic() - self._decoded[0] < PARTIAL_REST * self._decoded[1]:
             return
         item.partial_at = grown
         audio = self._audio(max(item.start, self.clock - int(MAX_ITEM_S * SAMPLE_RATE)), self.clock).copy()
@@ -657,13 +670,19 @@ class LiveSession:
     async def _run_partial(self, item: Item, audio: np.ndarray, end: int) -> None:
         """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
         config = self.config
+        # a decode of the item from its start is the draft of this one
+        previous = item.timed[1] if item.timed is not None and end - len(audio) == item.start else None
+        started = time.monotonic()
         try:
-            decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
+            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.warning("a partial decode failed (skipped)", exc_info=True)
             return
+        finally:
+            ended = time.monotonic()
+            self._decoded = (ended, ended - started)
         if end - len(audio) == item.start:  # the whole item: the final may use it
             item.timed = (end, decoded)
         if self.item is not item:  # committed meanwhile: its final decode closes it
@@ -705,7 +724,8 @@ class LiveSession:
             if item.timed is not None and item.speech_end is not None and item.timed[0] >= item.speech_end:
                 decoded = item.timed[1]  # decoded after its last speech: all of it
             else:
-                decoded = await self.engine.run(lambda: self.engine.decode(audio, config))
+                previous = item.timed[1] if item.timed is not None else None
+                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

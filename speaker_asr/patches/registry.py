@@ -99,6 +99,12 @@ def _lean_decoder(model, context: dict) -> Optional[str]:
     return None if lean_decoder.install(model) else "its probe output differs from this transformers'"
 
 
+def _draft_decoding(model, context: dict) -> Optional[str]:
+    from speaker_asr.patches import draft_decoding
+
+    return draft_decoding.install(model)
+
+
 def _skip_silent_embeddings(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import skip_silent_embeddings
 
@@ -158,6 +164,9 @@ PATCHES: tuple[Patch, ...] = (
     Patch("fast_lm_head", "whisper", False, _TRANSFORMERS + ", CPU float32, native bfloat16", _fast_lm_head,
           "the vocabulary projection in bfloat16 with a float32 recompute of every logit that can "
           "decide the greedy token"),
+    Patch("draft_decoding", "whisper", False, _TRANSFORMERS, _draft_decoding,
+          "a live utterance's previous decode proposes the tokens of its next one, verified by the "
+          "model several at a time (assisted generation with that draft: greedy's own tokens)"),
     Patch("cache_processor_signatures", "whisper", False, _TRANSFORMERS, _cache_processor_signatures,
           "the logits-processor list looks each processor's signature up once"),
     Patch("lean_decoder", "whisper", False, "transformers 5.x", _lean_decoder,

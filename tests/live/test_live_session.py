@@ -27,7 +27,7 @@ class FakeEngine:
 
     def __init__(self, fail: bool = False, voices=None):
         self.calls = 0
-        self.decodes = []  # (samples, timed) of every decode
+        self.decodes = []  # (samples, the previous decode given as its draft) of every decode
         self.fail = fail
         self.found = voices  # audio -> Voices (the item's own diarization), or None: nobody found
 
@@ -40,10 +40,10 @@ class FakeEngine:
 
     beside = run
 
-    def decode(self, audio, config, timed=True):
+    def decode(self, audio, config, previous=None):
         from speaker_asr.live.session import Decoded
 
-        self.decodes.append((len(audio), timed))
+        self.decodes.append((len(audio), previous))
         if self.fail:
             raise RuntimeError("boom")
         n = int(len(audio) / SR * 2)  # two words a second
@@ -210,6 +210,10 @@ def test_the_final_decode_reuses_the_partial_decode_made_in_the_pause_that_ended
     # the last decode was the pause's, of less than the committed audio; none came after the commit
     assert 3.1 <= engine.decodes[-1][0] / SR < 3.4, engine.decodes
     assert all(n / SR < 3.4 for n, _ in engine.decodes)
+    # each decode after the item's first has the one before as its draft (the same text, sooner)
+    assert engine.decodes[0][1] is None and len(engine.decodes) >= 3
+    for (_, previous), (n, _) in zip(engine.decodes[1:], engine.decodes[:-1]):
+        assert previous is not None and len(previous.words) == int(n / SR * 2)
 
 
 def test_a_long_utterance_is_split_at_30_s():

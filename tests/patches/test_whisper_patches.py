@@ -347,3 +347,34 @@ def test_fast_dtw_swaps_only_during_this_models_alignment(transcribers):
         whisper_speedups.dynamic_time_warping = real
     assert seen and generation_whisper._dynamic_time_warping is stock
     assert generation_whisper._median_filter is stock_median
+
+
+def test_a_draft_gives_the_plain_greedy_decode_in_fewer_steps(transcribers):
+    """A live utterance's next decode verifies the previous one's tokens (draft_decoding): text,
+    segments, word times and tokens stay those of plain greedy decoding, whatever the draft (its
+    own tokens, a shorter decode's, nonsense); with GENERATION_SPEEDUPS=false a draft is ignored."""
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.patches.draft_decoding import DraftTokens
+
+    fast = transcribers[True]
+    cfg = InferenceConfig(language="en")
+    audio = _speech_like(6.0)
+    first = DraftTokens()
+    plain = fast.transcribe(audio, cfg, word_timestamps=True, record=False, draft=first)
+    tokens = first.generated
+    assert tokens and first.steps == 0  # no draft given: stock greedy decoding, tokens recorded
+    shorter = DraftTokens()
+    fast.transcribe(audio[: 4 * SAMPLE_RATE], cfg, word_timestamps=True, record=False, draft=shorter)
+    vocab = fast.model.config.vocab_size
+    nonsense = [tokens[0]] + [(t * 7 + 3) % vocab for t in tokens[1:]]
+    for given in (tokens, shorter.generated, nonsense):
+        draft = DraftTokens(given=given)
+        out = fast.transcribe(audio, cfg, word_timestamps=True, record=False, draft=draft)
+        assert (out.text, out.chunks, out.words) == (plain.text, plain.chunks, plain.words)
+        assert draft.generated == tokens and draft.steps > 0
+    own = DraftTokens(given=tokens)
+    fast.transcribe(audio, cfg, word_timestamps=True, record=False, draft=own)
+    assert own.steps <= len(tokens) // 10 + 2, (own.steps, len(tokens))
+    stock = DraftTokens(given=tokens)
+    out = transcribers[False].transcribe(audio, cfg, word_timestamps=True, record=False, draft=stock)
+    assert out.text == plain.text and stock.generated is None and stock.steps == 0
