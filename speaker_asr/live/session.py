@@ -127,6 +127,11 @@ PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decod
 # the model rests between two cadence partials at least this times as long as the last decode
 # took: a decode that ends an utterance then rarely waits behind one (pause decodes do not wait)
 PARTIAL_REST = 1.0
+# a multilingual model without a session language: each item's language is detected on the
+# speech heard so far with it (the last 30 s), and once that was this long the session keeps it,
+# as the file route detects one language per file (per-item detection on a second of speech
+# picks a wrong language often, and Whisper then loops)
+LANGUAGE_LOCK_S = 10.0
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
@@ -251,6 +256,14 @@ class LiveEngine:
             words = [Word(" " + part, None, None) for part in text.split()]
         return Decoded(text, words, transcript, draft.generated)
 
+    @property
+    def multilingual(self) -> bool:
+        return bool(getattr(self.handler.asr, "multilingual", False))
+
+    def language(self, audio: np.ndarray) -> Optional[str]:
+        """Whisper's language detection on the audio (its first 30 s)."""
+        return self.handler.asr.detect_language(audio)
+
     def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
         from speaker_asr.diarization.embeddings import embed_clip
 
@@ -300,6 +313,7 @@ class Item:
     speech_end: Optional[int] = None  # where its speech ended (server VAD's stop), once committed
     timed: Optional[tuple[int, Decoded]] = None  # its last partial decode: (audio end, result)
     previous_id: Optional[str] = None  # the item committed before it
+    language: Optional[str] = None  # detected for it (a multilingual model, no session language)
 
 
 class LiveSession:
@@ -339,6 +353,8 @@ class LiveSession:
         self._room.set()
         self._partial: Optional[asyncio.Task] = None
         self._decoded = (0.0, 0.0)  # the last partial decode: (monotonic time it ended, seconds)
+        self._language: Optional[str] = None  # the session's detected language, once kept
+        self._heard = np.zeros(0, dtype=np.float32)  # committed speech, the last 30 s, until then
         self._worker: Optional[asyncio.Task] = None
         self.items = {"completed": 0, "failed": 0}  # items by how their transcription ended
         self._committed_at: dict[str, float] = {}  # item id -> when its commit was sent
@@ -454,6 +470,8 @@ class LiveSession:
         if session.format != self.session.format:
             self.decoder = FrameDecoder.for_format(session.format)
         vad_changed = session.turn_detection != self.session.turn_detection
+        if config.language != self.config.language:
+            self._language = None
         self.session, self.config = session, config
         self._keep(options.final_transcript)
         if vad_changed:
@@ -622,6 +640,8 @@ class LiveSession:
             return
         self._trim(end)
         self.item = None
+        if self._language is None:
+            self._heard = np.concatenate([self._heard, audio])[-int(MAX_ITEM_S * SAMPLE_RATE):]
         item.previous_id = self.previous_item_id
         await self.send(Committed(item_id=item.id, previous_item_id=item.previous_id))
         await self.send(ItemAdded(previous_item_id=item.previous_id, item=UserAudioItem.of(item.id)))
@@ -669,11 +689,11 @@ class LiveSession:
 
     async def _run_partial(self, item: Item, audio: np.ndarray, end: int) -> None:
         """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
-        config = self.config
         # a decode of the item from its start is the draft of this one
         previous = item.timed[1] if item.timed is not None and end - len(audio) == item.start else None
         started = time.monotonic()
         try:
+            config = await self._item_config(item, audio)
             decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
         except asyncio.CancelledError:
             raise
@@ -690,6 +710,22 @@ class LiveSession:
         delta = item.agreement.update(decoded.words)
         if delta:
             await self.send(TranscriptionDelta(item_id=item.id, delta=delta.text))
+
+    async def _item_config(self, item: Item, audio: np.ndarray) -> InferenceConfig:
+        """The session's config, with the item's language where the session gives none and the
+        model is multilingual (:data:`LANGUAGE_LOCK_S`): detected at the item's first decode, the
+        same for all its decodes."""
+        if self.config.language or not getattr(self.engine, "multilingual", False):
+            return self.config
+        if item.language is None:
+            if self._language is not None:
+                item.language = self._language
+            else:
+                heard = np.concatenate([self._heard, audio])[-int(MAX_ITEM_S * SAMPLE_RATE):]
+                item.language = await self.engine.run(lambda: self.engine.language(heard))
+                if item.language and len(heard) >= LANGUAGE_LOCK_S * SAMPLE_RATE:
+                    self._language, self._heard = item.language, np.zeros(0, dtype=np.float32)
+        return self.config.model_copy(update={"language": item.language}) if item.language else self.config
 
     async def _work(self) -> None:
         """Committed items, in order: final decode, voice -> delta, completed, segment."""
@@ -718,9 +754,10 @@ class LiveSession:
     async def _finish(self, item: Item, audio: np.ndarray) -> None:
         """The item's final decode -> its last ``delta`` and ``completed`` (sent as soon as the
         text is there); then, with speaker labels on, who speaks in it -> its ``segment`` events."""
-        config, options = self.config, self.session.speaker_asr
+        options = self.session.speaker_asr
         seconds = len(audio) / SAMPLE_RATE
         try:
+            config = await self._item_config(item, audio)
             if item.timed is not None and item.speech_end is not None and item.timed[0] >= item.speech_end:
                 decoded = item.timed[1]  # decoded after its last speech: all of it
             else:

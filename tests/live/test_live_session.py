@@ -28,6 +28,7 @@ class FakeEngine:
     def __init__(self, fail: bool = False, voices=None):
         self.calls = 0
         self.decodes = []  # (samples, the previous decode given as its draft) of every decode
+        self.languages = []  # the config's language at every decode
         self.fail = fail
         self.found = voices  # audio -> Voices (the item's own diarization), or None: nobody found
 
@@ -44,6 +45,7 @@ class FakeEngine:
         from speaker_asr.live.session import Decoded
 
         self.decodes.append((len(audio), previous))
+        self.languages.append(config.language)
         if self.fail:
             raise RuntimeError("boom")
         n = int(len(audio) / SR * 2)  # two words a second
@@ -560,3 +562,54 @@ def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
     assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "client_closed"}) == 1
     assert registry.get_sample_value("asr_live_items_total", {"status": "completed"}) == 1
     assert registry.get_sample_value("asr_live_audio_seconds_total") == pytest.approx(1.0)
+
+
+class MultilingualEngine(FakeEngine):
+    """A multilingual model whose language detection is wrong on less than 6 s of speech."""
+
+    multilingual = True
+
+    def __init__(self):
+        super().__init__()
+        self.detections = []  # seconds of audio each detection heard
+
+    def language(self, audio):
+        self.detections.append(len(audio) / SR)
+        return "cy" if len(audio) < 6 * SR else "en"
+
+
+def test_without_a_session_language_one_is_detected_on_the_speech_heard_and_then_kept():
+    engine = MultilingualEngine()
+    turns = [np.concatenate([speech(seconds), silence(1.0)]) for seconds in (2.0, 3.0, 3.0, 4.0, 2.0)]
+    sent = run_session(frames(np.concatenate([silence(0.3), *turns])), engine=engine)
+    assert sum(e["type"].endswith(".completed") for e in sent) == 5
+    # one detection per item until 10 s of speech were heard: on that speech, not the item alone
+    heard = engine.detections
+    assert len(heard) == 4 and heard[0] < 2 and heard[1] > heard[0] + 2 and heard[-1] >= 10, heard
+    # every decode of an item in the language detected for it; the last item's is the kept one
+    assert engine.languages[0] == "cy" and engine.languages[-1] == "en"
+    assert set(engine.languages) == {"cy", "en"}
+
+
+def test_a_session_language_is_never_detected():
+    engine = MultilingualEngine()
+
+    async def main():
+        async def send(event):
+            pass
+
+        session = LiveSession(send, engine, LoudVad)
+        await session.start()
+        await session.handle(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 16000}, "transcription": {"language": "de"},
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 300}}}}}))
+        for m in frames(np.concatenate([silence(0.3), speech(2.0), silence(1.0)])):
+            await session.room()
+            await session.handle(m)
+            await asyncio.sleep(0)
+        await session.drain()
+        await session.close()
+
+    asyncio.run(main())
+    assert engine.detections == [] and set(engine.languages) == {"de"}
