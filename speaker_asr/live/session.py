@@ -129,9 +129,9 @@ PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decod
 PARTIAL_REST = 1.0
 # a multilingual model without a session language: each item's language is detected on the
 # speech heard so far with it (the last 30 s), and once that was this long the session keeps it,
-# as the file route detects one language per file (per-item detection on a second of speech
-# picks a wrong language often, and Whisper then loops)
-LANGUAGE_LOCK_S = 10.0
+# as the file route detects one language per file on its first 30 s (detection on a second of
+# speech, or on ten, picked Welsh for an English meeting with Whisper base, which then looped)
+LANGUAGE_LOCK_S = 30.0
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says

@@ -578,7 +578,10 @@ class MultilingualEngine(FakeEngine):
         return "cy" if len(audio) < 6 * SR else "en"
 
 
-def test_without_a_session_language_one_is_detected_on_the_speech_heard_and_then_kept():
+def test_without_a_session_language_one_is_detected_on_the_speech_heard_and_then_kept(monkeypatch):
+    from speaker_asr.live import session as live_session
+
+    monkeypatch.setattr(live_session, "LANGUAGE_LOCK_S", 10.0)  # 30 s in production
     engine = MultilingualEngine()
     turns = [np.concatenate([speech(seconds), silence(1.0)]) for seconds in (2.0, 3.0, 3.0, 4.0, 2.0)]
     sent = run_session(frames(np.concatenate([silence(0.3), *turns])), engine=engine)
