@@ -94,7 +94,7 @@ def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * SR), np.float32)
 
 
-def run_session(messages, engine=None, vad=True):
+def run_session(messages, engine=None, vad=True, transcription=None):
     sent = []
 
     async def send(event):
@@ -106,8 +106,9 @@ def run_session(messages, engine=None, vad=True):
         fmt = {"format": {"type": "audio/pcm", "rate": 16000}}
         td = {"turn_detection": {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100}} \
             if vad else {"turn_detection": None}
+        given = {"transcription": transcription} if transcription else {}
         await session.handle(json.dumps({"type": "session.update", "session": {
-            "type": "transcription", "audio": {"input": {**fmt, **td}}}}))
+            "type": "transcription", "audio": {"input": {**fmt, **td, **given}}}}))
         for m in messages:
             await session.room()
             await session.handle(m)
@@ -596,23 +597,6 @@ def test_without_a_session_language_one_is_detected_on_the_speech_heard_and_then
 
 def test_a_session_language_is_never_detected():
     engine = MultilingualEngine()
-
-    async def main():
-        async def send(event):
-            pass
-
-        session = LiveSession(send, engine, LoudVad)
-        await session.start()
-        await session.handle(json.dumps({"type": "session.update", "session": {
-            "type": "transcription", "audio": {"input": {
-                "format": {"type": "audio/pcm", "rate": 16000}, "transcription": {"language": "de"},
-                "turn_detection": {"type": "server_vad", "silence_duration_ms": 300}}}}}))
-        for m in frames(np.concatenate([silence(0.3), speech(2.0), silence(1.0)])):
-            await session.room()
-            await session.handle(m)
-            await asyncio.sleep(0)
-        await session.drain()
-        await session.close()
-
-    asyncio.run(main())
+    run_session(frames(np.concatenate([silence(0.3), speech(2.0), silence(1.0)])), engine=engine,
+                transcription={"language": "de"})
     assert engine.detections == [] and set(engine.languages) == {"de"}
