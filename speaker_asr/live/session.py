@@ -132,6 +132,11 @@ PARTIAL_REST = 1.0
 # as the file route detects one language per file on its first 30 s (detection on a second of
 # speech, or on ten, picked Welsh for an English meeting with Whisper base, which then looped)
 LANGUAGE_LOCK_S = 30.0
+# a decode makes at most this many tokens per second of audio (plus DECODE_MIN_TOKENS): speech
+# runs at 3-6 tokens a second, and a decode that loops on a wrong language or a hallucination
+# (Whisper repeats a phrase to its 448-token limit: 16 s on a CPU with base) stops there instead
+DECODE_TOKENS_PER_S = 15
+DECODE_MIN_TOKENS = 24
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
@@ -249,7 +254,9 @@ class LiveEngine:
         asr = self.handler.asr
         words_mode = bool(getattr(asr, "has_alignment_heads", False))
         draft = DraftTokens(given=previous.tokens if previous is not None else None)
-        transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False, draft=draft)
+        cap = DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * len(audio) / SAMPLE_RATE)
+        transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False, draft=draft,
+                                    max_new_tokens=cap)
         text = (transcript.text or "").strip()
         words = [w for w in (transcript.words or []) if w.text.strip()]
         if not words and text:  # no alignment heads: the words without times

@@ -600,3 +600,25 @@ def test_a_session_language_is_never_detected():
     run_session(frames(np.concatenate([silence(0.3), speech(2.0), silence(1.0)])), engine=engine,
                 transcription={"language": "de"})
     assert engine.detections == [] and set(engine.languages) == {"de"}
+
+
+def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
+    """A decode that loops (a wrong language, a hallucination) stops near the audio's length in
+    tokens instead of Whisper's 448: 2 s of audio, 54 tokens at most."""
+    import types
+
+    from speaker_asr.live.session import LiveEngine
+    from speaker_asr.types import Transcript
+
+    calls = []
+
+    def transcribe(audio, config, **kwargs):
+        calls.append(kwargs)
+        return Transcript(text=" hello", chunks=[], language="en", words=[Word(" hello", 0.0, 0.5)])
+
+    asr = types.SimpleNamespace(has_alignment_heads=True, transcribe=transcribe)
+    engine = LiveEngine(types.SimpleNamespace(handler=types.SimpleNamespace(asr=asr)))
+    decoded = engine.decode(np.zeros(2 * SR, np.float32), None)
+    assert decoded.text == "hello" and calls[0]["max_new_tokens"] == 54
+    engine.decode(np.zeros(20 * SR, np.float32), None, decoded)
+    assert calls[1]["max_new_tokens"] == 324 and calls[1]["draft"].given is None  # no tokens kept
