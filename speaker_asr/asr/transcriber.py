@@ -337,6 +337,7 @@ class WhisperTranscriber:
         if draft is not None and draft.given and not chunked and not assisted \
                 and len(audio) <= MAX_CHUNK_LENGTH_S * SAMPLE_RATE and draft_allowed(generate_kwargs):
             generate_kwargs["prompt_lookup_num_tokens"] = PROPOSED  # assisted generation, our draft
+            draft.verify = True
         if max_new_tokens is not None:
             generate_kwargs["max_new_tokens"] = min(max_new_tokens,
                                                     generate_kwargs.get("max_new_tokens", max_new_tokens))

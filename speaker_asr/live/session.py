@@ -254,6 +254,8 @@ class LiveEngine:
         asr = self.handler.asr
         words_mode = bool(getattr(asr, "has_alignment_heads", False))
         draft = DraftTokens(given=previous.tokens if previous is not None else None)
+        if draft.given:  # the previous decode drafts better than an assistant model could
+            config = config.model_copy(update={"assisted": False})
         cap = DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * len(audio) / SAMPLE_RATE)
         transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False, draft=draft,
                                     max_new_tokens=cap)

@@ -45,6 +45,7 @@ class DraftTokens:
     given: Optional[list[int]] = None
     generated: Optional[list[int]] = None
     steps: int = 0  # verification steps taken (what the draft saved is the tokens minus these)
+    verify: bool = False  # set by the transcriber where the decode may use the draft
 
 
 DRAFT = RequestScope(None)
@@ -148,7 +149,8 @@ def install(model) -> Optional[str]:
     @functools.wraps(stock_candidates)
     def get_candidate_generator(generation_config, *args, **kwargs):
         draft = DRAFT.get()
-        if draft is None or not draft.given:
+        # only where the transcriber turned it on: an assistant's decode keeps its assistant
+        if draft is None or not draft.verify or not draft.given:
             return stock_candidates(generation_config, *args, **kwargs)
         return _candidate_class()(draft, eos, getattr(generation_config, "max_length", None))
 

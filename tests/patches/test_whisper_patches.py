@@ -357,7 +357,7 @@ def test_a_draft_gives_the_plain_greedy_decode_in_fewer_steps(transcribers):
     from speaker_asr.patches.draft_decoding import DraftTokens
 
     fast = transcribers[True]
-    cfg = InferenceConfig(language="en")
+    cfg = InferenceConfig(language="en", assisted=False)
     audio = _speech_like(6.0)
     first = DraftTokens()
     plain = fast.transcribe(audio, cfg, word_timestamps=True, record=False, draft=first)
@@ -378,3 +378,9 @@ def test_a_draft_gives_the_plain_greedy_decode_in_fewer_steps(transcribers):
     stock = DraftTokens(given=tokens)
     out = transcribers[False].transcribe(audio, cfg, word_timestamps=True, record=False, draft=stock)
     assert out.text == plain.text and stock.generated is None and stock.steps == 0
+    # a decode the assistant drafts keeps its assistant
+    assisted = DraftTokens(given=tokens)
+    caps = fast.capabilities(has_diarization=False)
+    cfg = InferenceConfig.from_request({"language": "en", "assisted": True}, caps)
+    out = fast.transcribe(audio, cfg, word_timestamps=True, record=False, draft=assisted)
+    assert out.assisted.used and not assisted.verify and assisted.steps == 0
