@@ -334,7 +334,7 @@ class WhisperTranscriber:
         window = {"chunk_length_s": cfg.chunk_length_s,
                   "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
-        if draft is not None and draft.given and not chunked and not assisted \
+        if draft is not None and draft.given and not chunked \
                 and len(audio) <= MAX_CHUNK_LENGTH_S * SAMPLE_RATE and draft_allowed(generate_kwargs):
             generate_kwargs["prompt_lookup_num_tokens"] = PROPOSED  # assisted generation, our draft
             draft.verify = True

@@ -649,7 +649,7 @@ class LiveSession:
             return
         self._trim(end)
         self.item = None
-        if self._language is None:
+        if self._detects_language():
             self._heard = np.concatenate([self._heard, audio])[-int(MAX_ITEM_S * SAMPLE_RATE):]
         item.previous_id = self.previous_item_id
         await self.send(Committed(item_id=item.id, previous_item_id=item.previous_id))
@@ -698,8 +698,9 @@ class LiveSession:
 
     async def _run_partial(self, item: Item, audio: np.ndarray, end: int) -> None:
         """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
-        # a decode of the item from its start is the draft of this one
-        previous = item.timed[1] if item.timed is not None and end - len(audio) == item.start else None
+        whole = end - len(audio) == item.start  # the item from its start (not its last 30 s)
+        # a decode of the whole item is the draft of this one
+        previous = item.timed[1] if item.timed is not None and whole else None
         started = time.monotonic()
         try:
             config = await self._item_config(item, audio)
@@ -712,13 +713,19 @@ class LiveSession:
         finally:
             ended = time.monotonic()
             self._decoded = (ended, ended - started)
-        if end - len(audio) == item.start:  # the whole item: the final may use it
+        if whole:  # the final may use it
             item.timed = (end, decoded)
         if self.item is not item:  # committed meanwhile: its final decode closes it
             return
         delta = item.agreement.update(decoded.words)
         if delta:
             await self.send(TranscriptionDelta(item_id=item.id, delta=delta.text))
+
+    def _detects_language(self) -> bool:
+        """Whether items still get their language detected: a multilingual model, no session
+        language and none kept yet (:data:`LANGUAGE_LOCK_S`)."""
+        return (not self.config.language and self._language is None
+                and getattr(self.engine, "multilingual", False))
 
     async def _item_config(self, item: Item, audio: np.ndarray) -> InferenceConfig:
         """The session's config, with the item's language where the session gives none and the
@@ -727,7 +734,7 @@ class LiveSession:
         if self.config.language or not getattr(self.engine, "multilingual", False):
             return self.config
         if item.language is None:
-            if self._language is not None:
+            if not self._detects_language():
                 item.language = self._language
             else:
                 heard = np.concatenate([self._heard, audio])[-int(MAX_ITEM_S * SAMPLE_RATE):]
