@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,18 +28,9 @@ from common import REAL, RESULTS, get_input, loadavg, machine, setup_env
 def wespeaker_pipeline(out: Path, recipe: Path) -> Path:
     """3.1 layout: real segmentation-3.0, random WeSpeaker ResNet34, and the hyper-parameters of
     ``recipe`` (the kit's 3.1 pipeline folder)."""
-    import yaml
-    from speaker_asr.testing.tiny_models import build_pyannote_pipeline
+    from speaker_asr.testing.tiny_models import build_resnet34_recipe
 
-    shutil.rmtree(out, ignore_errors=True)
-    build_pyannote_pipeline(out)  # random PyanNet + random full-size WeSpeakerResNet34 + PLDA
-    shutil.rmtree(out / "segmentation")
-    shutil.copytree(REAL / "segmentation-3.0", out / "segmentation")
-    config = yaml.safe_load((out / "config.yaml").read_text())
-    config["pipeline"]["params"].pop("segmentation_step", None)  # the recipe's 10 % step
-    config["params"] = yaml.safe_load((recipe / "config.yaml").read_text())["params"]
-    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    return out
+    return build_resnet34_recipe(out, REAL / "segmentation-3.0", recipe)
 
 
 def main(argv=None) -> None:

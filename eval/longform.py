@@ -100,6 +100,15 @@ LONG_RECORDINGS = [
          returns=[(0.0, "EN2006a"), (1.0, "EN2005a"), (2.0, "reader-1"), (30.0, "EN2009b"),
                   (38.0, "reader-2"), (44.4, "EN2006b")],
          filler=["EN2003a", "EN2004a", "EN2001a", "sample"]),
+    # several minutes of real meetings joined (issue 38): three groups of people return after
+    # 6-7 minutes, while the fillers' people come back every minute or two
+    dict(id="joined8", seed=3801, minutes=8.0,
+         description="EN2001a, EN2006a and EN2005a in the first minute; EN2001e, EN2009b (FEE083 "
+                     "again) and EN2006b after 6.5-7.5 min; filler: EN2003a, EN2004a, the sample, "
+                     "the LibriVox reader",
+         returns=[(0.0, "EN2001a"), (0.4, "EN2006a"), (0.8, "EN2005a"), (6.5, "EN2001e"),
+                  (7.0, "EN2009b"), (7.5, "EN2006b")],
+         filler=["EN2003a", "EN2004a", "sample", "reader"]),
 ]
 
 

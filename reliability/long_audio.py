@@ -160,7 +160,9 @@ def fit(results: list[dict[str, Any]]) -> Optional[dict[str, float]]:
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", default="60", help="audio length(s) in minutes, comma-separated")
-    parser.add_argument("--models", choices=("auto", "real", "tiny"), default="auto")
+    parser.add_argument("--models", choices=("auto", "real", "resnet34", "tiny"), default="auto",
+                        help="real: the kit's tiny.en + CAM++ pipeline; resnet34: tiny.en + the 3.1 "
+                             "recipe's WeSpeaker ResNet34 (random weights: production's compute)")
     parser.add_argument("--format", choices=("flac", "wav"), default="flac")
     parser.add_argument("--stage", choices=("all", "decode", "asr", "diarization"), default="all")
     parser.add_argument("--limit-minutes", type=float, default=45, help="time limit of each run")

@@ -92,15 +92,21 @@ class ModelSettings(BaseSettings):
                           "/health): output-preserving, and one pass per chunked window; false runs "
                           "transformers' stock code paths")
     diarization_speedups: bool = Field(
-        True, description="pyannote speed fixes (speaker_asr/patches/diarization.py): no speaker embedding for "
-                          "a window's silent speaker slots; on CPU one window per embedding batch; "
-                          "long recordings: see DIARIZATION_LONG_AFTER_S, and the clustering in linear "
-                          "time and memory; false runs pyannote's own settings")
+        True, description="pyannote speed fixes that keep its output (speaker_asr/patches/diarization.py): "
+                          "no speaker embedding for a window's silent speaker slots; WeSpeaker ResNet "
+                          "embeddings with the network once per window (on CPU in ONNX Runtime, one "
+                          "window per batch); the clustering in linear time and memory past 45 minutes; "
+                          "false runs pyannote's own code")
+    diarization_coarse_long_recordings: bool = Field(
+        False, description="opt-in, CPU only (never under CUDA): trade speaker accuracy for speed on "
+                           "recordings over DIARIZATION_LONG_AFTER_S -- a 2-s segmentation step and "
+                           "every third window's speakers embedded, about 3x faster diarization, "
+                           "measured at 2-14 DER points worse (docs/measurements.md). Off: the "
+                           "recipe's 1-s step and every window embedded at every length")
     diarization_long_after_s: float = Field(
-        300.0, ge=0, description="recordings longer than this (seconds) are diarized with a 2-s "
-                                 "segmentation step and every third window's speakers embedded, about "
-                                 "three times faster (speaker_asr/patches/diarization.py); set it to "
-                                 "MAX_AUDIO_SECONDS or more to keep the recipe's 1-s step at every length")
+        300.0, ge=0, description="with DIARIZATION_COARSE_LONG_RECORDINGS=true, recordings longer "
+                                 "than this (seconds) get the coarse settings; shorter ones the "
+                                 "recipe's")
     speaker_match_threshold: float = Field(
         DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,
         description="default voice similarity (cosine) for naming a speaker after a reference clip")

@@ -44,7 +44,8 @@ class EndpointHandler:
                 self.settings.diarization_model, self.settings.token(), self.device,
                 telemetry=self.settings.diarization_telemetry,
                 speedups=self.settings.diarization_speedups,
-                long_after_s=self.settings.diarization_long_after_s)
+                long_after_s=self.settings.diarization_long_after_s,
+                coarse_long=self.settings.diarization_coarse_long_recordings)
             from speaker_asr.diarization.embeddings import SpeakerVoices
 
             try:
@@ -67,6 +68,8 @@ class EndpointHandler:
         from speaker_asr.patches.registry import describe
 
         self.patch_report = self.asr.patch_report + list(getattr(self.diarization, "patch_report", []))
+        # what the diarization computes (the recipe's way, or the opt-in coarse one; in /health)
+        self.diarization_settings = getattr(self.diarization, "diarization_settings", None)
         # QUANTIZATION=int8: which form this CPU got and why (in /health)
         self.quantization = self.asr.quantization
         logger.info("patches: %s", describe(self.patch_report))

@@ -264,3 +264,57 @@ def cluster_centroid(embeddings: np.ndarray, threshold: float, min_cluster_size:
         remap[small] = large[nearest]
         clusters = remap[clusters]
     return np.unique(clusters, return_inverse=True)[1]
+
+
+# A cluster holding less than this share of a long recording's clustered embeddings is a stray
+# (overlapped speech, the edge of a turn) when its centroid lies within STRAY_DISTANCE (cosine
+# distance) of a larger cluster's: it joins that cluster. The recipe's fixed minimum cluster size
+# (12 embeddings) is what lets such strays through on hours of audio, where they gather in
+# proportion to the recording; a share of the recording grows with it. Below
+# MIN_CLUSTER_SIZE / STRAY_SHARE embeddings (about 15-20 minutes of meeting) the share is under
+# the recipe's minimum and nothing changes. A voice of its own lies farther than STRAY_DISTANCE
+# from every other and keeps its label, however little it says.
+STRAY_SHARE = 0.01
+STRAY_DISTANCE = 0.5
+
+
+def absorb_strays(embeddings: np.ndarray, clusters: np.ndarray, min_cluster_size: int,
+                  min_clusters: int = 1, share: Optional[float] = None,
+                  distance: Optional[float] = None) -> np.ndarray:
+    """``clusters`` (n,) of the (n, d) ``embeddings`` after a cluster smaller than
+    max(``min_cluster_size``, ``share`` x n) embeddings whose centroid lies within ``distance``
+    (cosine; defaults :data:`STRAY_SHARE`, :data:`STRAY_DISTANCE`) of a larger cluster's centroid has joined the nearest such cluster; smallest first,
+    never leaving fewer than ``min_clusters`` clusters. The clusters left are numbered 0.. in the
+    order of their old numbers; every other embedding keeps its cluster."""
+    share = STRAY_SHARE if share is None else share
+    distance = STRAY_DISTANCE if distance is None else distance
+    clusters = np.asarray(clusters)
+    n = len(clusters)
+    if n == 0:
+        return clusters
+    floor = max(int(min_cluster_size), int(np.ceil(share * n)))
+    unique, counts = np.unique(clusters, return_counts=True)
+    large = unique[counts >= floor]
+    small = unique[counts < floor][np.argsort(counts[counts < floor], kind="stable")]
+    if len(large) == 0 or len(small) == 0:
+        return clusters
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.asarray(embeddings, dtype=np.float64)
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    def centre(k) -> np.ndarray:
+        c = np.nanmean(x[clusters == k], axis=0)
+        return c / (np.linalg.norm(c) or 1.0)
+
+    centres = np.vstack([centre(k) for k in large])
+    out = clusters.copy()
+    left = len(unique)
+    for k in small:
+        if left <= min_clusters:
+            break
+        d = 1.0 - centres @ centre(k)
+        j = int(np.argmin(d))
+        if d[j] < distance:
+            out[clusters == k] = large[j]
+            left -= 1
+    return np.unique(out, return_inverse=True)[1].astype(clusters.dtype, copy=False)

@@ -125,14 +125,17 @@ def _gated_message(model: str, reason: str = "") -> str:
 
 
 def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
-                              speedups: bool = True, long_after_s: Optional[float] = None):
+                              speedups: bool = True, long_after_s: Optional[float] = None,
+                              coarse_long: bool = False):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
     file; on ``device``, with the speed fixes of :mod:`speaker_asr.patches.diarization` (through
     the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false.
     A local folder's own Python modules (the yaml file's folder's) are importable while and after
-    it loads (:func:`use_folder_modules`). ``long_after_s``: recordings longer than this get the
-    long-recording patches' coarser step and fewer embedded windows (default 300 s). Fails with a
-    message naming what to accept and set -- never the token."""
+    it loads (:func:`use_folder_modules`). ``coarse_long`` (opt-in, CPU only): recordings longer
+    than ``long_after_s`` (default 300 s) get a coarser segmentation step and fewer embedded
+    windows, faster and less accurate; without it every length is diarized as the recipe says.
+    What is in force is ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
+    Fails with a message naming what to accept and set -- never the token."""
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 
@@ -162,12 +165,34 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     from speaker_asr.patches import registry
 
     # the speed fixes (patches/registry.py), decided once here; the report stays with the pipeline
-    context = {"device": device}
+    context = {"device": device, "coarse_long": bool(coarse_long)}
     if long_after_s is not None:
         context["long_after_s"] = float(long_after_s)
     pipeline.patch_report = registry.install("diarization", pipeline, speedups, **context)
     logger.info("diarization patches: %s", registry.describe(pipeline.patch_report))
+    pipeline.diarization_settings = settings_in_force(pipeline.patch_report, long_after_s)
+    logger.info("diarization: %s", pipeline.diarization_settings["summary"])
     return pipeline
+
+
+def settings_in_force(report, long_after_s: Optional[float] = None) -> dict:
+    """What the loaded pipeline computes, from its patch report: ``exact`` (every applied patch
+    keeps pyannote's output, to float rounding, up to the clustering past 45 minutes),
+    ``long_recordings`` ("recipe" or "coarse") and a one-line ``summary`` (logged, in /health)."""
+    from speaker_asr.patches.diarization import LONG_RECORDING_S
+
+    applied = {r.name for r in report if r.applied}
+    coarse = {"coarser_segmentation_step", "embed_fewer_windows"} & applied
+    after = LONG_RECORDING_S if long_after_s is None else float(long_after_s)
+    if coarse:
+        summary = (f"coarse over {after:g} s ({', '.join(sorted(coarse))}: faster, less accurate; "
+                   "DIARIZATION_COARSE_LONG_RECORDINGS=true), the recipe's below")
+    else:
+        summary = "the recipe's segmentation step and every window embedded, at every length"
+    return {"long_recordings": "coarse" if coarse else "recipe",
+            "coarse_after_s": after if coarse else None,
+            "exact": not any(r.changes_output for r in report if r.applied and r.name != "linear_clustering"),
+            "summary": summary}
 
 
 def _annotation_turns(annotation) -> list[Turn]:

@@ -122,16 +122,44 @@ def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
     return None if cpu_embedding_batch(pipeline, device) else "the pipeline has no embedding batch size"
 
 
+def _embed_trunk_once(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import embed_trunk_once
+
+    return embed_trunk_once(pipeline)
+
+
+def _onnx_embedding_trunk(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import onnx_embedding_trunk
+
+    return onnx_embedding_trunk(pipeline, context.get("device"))
+
+
+def _absorb_stray_clusters(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import absorb_stray_clusters
+
+    return absorb_stray_clusters(pipeline)
+
+
+def _coarse_allowed(context: dict) -> Optional[str]:
+    """Why the coarse long-recording settings are off here (None: the user opted in on CPU)."""
+    device = context.get("device")
+    if device is not None and str(device).split(":")[0] != "cpu":
+        return f"the pipeline runs on {device} (the coarse settings are for CPUs only)"
+    if not context.get("coarse_long"):
+        return "DIARIZATION_COARSE_LONG_RECORDINGS is off: the recipe's accuracy at every length"
+    return None
+
+
 def _coarser_segmentation_step(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import coarser_segmentation_step
 
-    return coarser_segmentation_step(pipeline, context.get("long_after_s"))
+    return _coarse_allowed(context) or coarser_segmentation_step(pipeline, context.get("long_after_s"))
 
 
 def _embed_fewer_windows(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import embed_fewer_windows
 
-    return embed_fewer_windows(pipeline, context.get("long_after_s"))
+    return _coarse_allowed(context) or embed_fewer_windows(pipeline, context.get("long_after_s"))
 
 
 def _linear_clustering(pipeline, context: dict) -> Optional[str]:
@@ -178,16 +206,26 @@ PATCHES: tuple[Patch, ...] = (
           _skip_silent_embeddings, "no speaker embedding for a window's silent speaker slots"),
     Patch("cpu_embedding_batch", "diarization", False, "pyannote.audio 3.3 and 4.x", _cpu_embedding_batch,
           "on CPU one window per embedding batch instead of 32"),
+    Patch("embed_trunk_once", "diarization", False, "pyannote.audio 3.3 and 4.x", _embed_trunk_once,
+          "WeSpeaker ResNet embeddings (the 3.1 recipe's): the network once per window, pooled with "
+          "each active speaker's mask, instead of once per (window, speaker) pair (probed at load)"),
+    Patch("onnx_embedding_trunk", "diarization", False, "pyannote.audio 3.3 and 4.x, onnxruntime",
+          _onnx_embedding_trunk,
+          "on CPU that network runs in ONNX Runtime (exported at load; the same frames to float "
+          "rounding, probed at load)"),
     Patch("coarser_segmentation_step", "diarization", True, "pyannote.audio 3.3 and 4.x",
           _coarser_segmentation_step,
-          "on recordings over DIARIZATION_LONG_AFTER_S (5 minutes) the segmentation window slides by "
-          "twice the recipe's step"),
+          "opt-in (DIARIZATION_COARSE_LONG_RECORDINGS, CPU): on recordings over DIARIZATION_LONG_AFTER_S "
+          "(5 minutes) the segmentation window slides by twice the recipe's step"),
     Patch("embed_fewer_windows", "diarization", True, "pyannote.audio 3.3 and 4.x", _embed_fewer_windows,
-          "on recordings over DIARIZATION_LONG_AFTER_S speaker embeddings for every third window only; a speaker of "
+          "opt-in, as above: speaker embeddings for every third window only; a speaker of "
           "a window in between takes the embedding of the same speaker in the nearest embedded one"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
           "whose clusters are then linked by their weighted centroids: linear time and memory"),
+    Patch("absorb_stray_clusters", "diarization", True, "pyannote.audio 3.3 and 4.x", _absorb_stray_clusters,
+          "a cluster under 1 % of a long recording's embeddings that lies near a larger one joins it "
+          "(the recipe's fixed minimum size lets overlapped speech through as extra speakers over hours)"),
 )
 
 

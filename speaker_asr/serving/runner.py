@@ -244,6 +244,9 @@ class ModelRunner:
             report = getattr(self.handler, "patch_report", None)
             if report:  # which library internals this server changed, and why the others not
                 body["patches"] = [r.as_dict() for r in report]
+            settings = getattr(self.handler, "diarization_settings", None)
+            if settings:  # the recipe's computation, or the opt-in coarse one past some length
+                body["diarization"] = settings
             quantization = getattr(self.handler, "quantization", None)
             if quantization:  # QUANTIZATION=int8: the form chosen for this CPU, and why
                 body["quantization"] = quantization

@@ -98,13 +98,21 @@ def resolve_models(models: str, real_dir: Path) -> str:
 def model_settings(models: str, real_dir: Path, work: Path):
     """The handler's :class:`~speaker_asr.config.ModelSettings` for ``real`` (``real_dir``'s
     whisper-tiny.en and pyannote-campp-3.1, whose loader makes the folder's campp_embedding.py
-    importable) or ``tiny`` (the tiny random English Whisper and pyannote pipeline, built once into
-    ``work/tiny-models``); no assistant, device from the environment."""
+    importable), ``resnet34`` (the same whisper-tiny.en and the 3.1 recipe as production runs it:
+    real segmentation-3.0 and a WeSpeaker ResNet34 of random weights, the same compute, built into
+    ``work/resnet34-3.1``) or ``tiny`` (the tiny random English Whisper and pyannote pipeline, built
+    once into ``work/tiny-models``); no assistant, device from the environment."""
     from speaker_asr.config import ModelSettings
 
-    if models == "real":
+    if models in ("real", "resnet34"):
+        pipeline = Path(real_dir) / REAL_PIPELINE
+        if models == "resnet34":
+            from speaker_asr.testing.tiny_models import build_resnet34_recipe
+
+            pipeline = build_resnet34_recipe(Path(work) / "resnet34-3.1", Path(real_dir) / "segmentation-3.0",
+                                             pipeline)
         return ModelSettings(asr_model=str(Path(real_dir) / REAL_ASR), assistant_model=None,
-                             diarization_model=str(Path(real_dir) / REAL_PIPELINE))
+                             diarization_model=str(pipeline))
     from speaker_asr.testing.tiny_models import TINY_MAX_NEW_TOKENS, build_all_once
 
     tiny = build_all_once(Path(work) / "tiny-models")

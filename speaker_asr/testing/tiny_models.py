@@ -308,6 +308,28 @@ def build_pyannote_pipeline(out: Path, *, seed: int = 0, embedding: str = "resne
     return out
 
 
+def build_resnet34_recipe(out: Path, segmentation: Path, recipe: Path) -> Path:
+    """The speaker-diarization-3.1 recipe as on the hub, for timing: the real segmentation-3.0
+    folder ``segmentation`` (its pytorch_model.bin), a WeSpeaker ResNet34 embedding with *random*
+    weights (the hub's is gated; random weights cost the same compute, and the speakers found are
+    meaningless), the recipe's own 1-s segmentation step and batch sizes, and the hyper-parameters
+    of ``recipe`` (a 3.1 pipeline folder, e.g. the kit's pyannote-campp-3.1). Rebuilt into
+    ``out`` each call."""
+    import shutil
+
+    import yaml
+
+    shutil.rmtree(out, ignore_errors=True)
+    build_pyannote_pipeline(out)  # random PyanNet + random full-size WeSpeakerResNet34 + PLDA
+    shutil.rmtree(out / "segmentation")
+    shutil.copytree(segmentation, out / "segmentation")
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    config["pipeline"]["params"].pop("segmentation_step", None)  # the recipe's 10 % step
+    config["params"] = yaml.safe_load((Path(recipe) / "config.yaml").read_text())["params"]
+    (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return out
+
+
 def build_large_v3_shaped(root: Path) -> dict[str, Path]:
     """A thin random large-v3-shaped Whisper and a distil-large-v3-shaped assistant (2 decoder
     layers, the same encoder): ``{"whisper": ..., "assistant": ...}``."""

@@ -178,6 +178,62 @@ def test_the_patch_is_reported_and_switched_off_with_the_speedups(tiny_models):
     off = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", speedups=False)
     report = {r.name: r for r in on.patch_report}
     assert report["linear_clustering"].applied and report["linear_clustering"].changes_output
-    assert type(on.clustering).__name__ == "LinearAgglomerativeClustering"
+    assert type(on.clustering).__name__ == "AbsorbingLinearAgglomerativeClustering"
     assert not {r.name: r for r in off.patch_report}["linear_clustering"].applied
     assert type(off.clustering).__name__ == "AgglomerativeClustering"
+
+
+def _voices_and_strays(sizes: dict, dim: int = 32, seed: int = 5):
+    """Unit embeddings around orthogonal voice directions; "stray" lies between voices 0 and 1
+    (overlapped speech: 0.28 in cosine distance from voice 0, farther than the recipe merges),
+    "newcomer" is a voice of its own. Returns (embeddings, clusters) with
+    one cluster per group, in the order of ``sizes``."""
+    rng = np.random.default_rng(seed)
+    axes = np.eye(dim)
+    centre = {"v0": axes[0], "v1": axes[1], "v2": axes[2], "stray": 0.72 * axes[0] + 0.694 * axes[1],
+              "newcomer": axes[3]}
+    x, c = [], []
+    for k, (name, n) in enumerate(sizes.items()):
+        x.append(centre[name] + 0.15 * rng.normal(size=(n, dim)) / np.sqrt(dim))
+        c += [k] * n
+    return np.vstack(x), np.array(c)
+
+
+def test_a_stray_cluster_of_hours_of_audio_joins_its_voice_and_a_voice_of_its_own_stays():
+    x, c = _voices_and_strays({"v0": 1500, "v1": 1200, "v2": 1000, "stray": 30, "newcomer": 30})
+    got = linear.absorb_strays(x, c, min_cluster_size=12)
+    # 3,760 embeddings: under 1 % (38) is small; the stray lies near v0, the newcomer near nothing
+    assert len(np.unique(got)) == 4
+    assert (got[c == 3] == got[c == 0][0]).all()
+    assert len(set(got[c == 4].tolist())) == 1 and got[c == 4][0] not in got[c < 3]
+    assert _same_partition(got[c < 3], c[c < 3])
+
+
+def test_short_recordings_keep_the_recipes_clusters():
+    # 8 minutes of meeting: about 700 embeddings, 1 % is under the recipe's 12: nothing changes
+    x, c = _voices_and_strays({"v0": 300, "v1": 250, "v2": 150, "stray": 14})
+    np.testing.assert_array_equal(linear.absorb_strays(x, c, min_cluster_size=12), c)
+
+
+def test_absorbing_strays_never_goes_below_the_callers_minimum():
+    x, c = _voices_and_strays({"v0": 2000, "v1": 1500, "stray": 30})
+    assert len(np.unique(linear.absorb_strays(x, c, 12))) == 2
+    np.testing.assert_array_equal(linear.absorb_strays(x, c, 12, min_clusters=3), c)
+
+
+def test_the_pipeline_absorbs_strays_unless_the_speaker_count_is_given(monkeypatch):
+    from speaker_asr.patches.diarization import absorb_stray_clusters
+
+    step = _agglomerative()
+
+    class Holder:
+        clustering = step
+
+    assert absorb_stray_clusters(Holder()) is None and absorb_stray_clusters(Holder()) is None
+    assert type(step).__name__ == "AbsorbingAgglomerativeClustering"
+    x, _ = _voices_and_strays({"v0": 1500, "v1": 1200, "v2": 1000, "stray": 30})
+    free = step.cluster(x.copy(), min_clusters=1, max_clusters=20)
+    stock = _agglomerative().cluster(x.copy(), min_clusters=1, max_clusters=20)
+    assert len(np.unique(stock)) == 4 and len(np.unique(free)) == 3
+    fixed = step.cluster(x.copy(), min_clusters=4, max_clusters=4, num_clusters=4)
+    assert len(np.unique(fixed)) == 4

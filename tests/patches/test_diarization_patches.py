@@ -8,7 +8,8 @@ import pytest
 from helpers import tone
 
 
-def _load(tiny_models, speedups: bool, *skip: str):
+def _load(tiny_models, speedups: bool, *skip: str, coarse_long: bool = False, folder: str = "pyannote",
+          **kwargs):
     """The tiny pipeline with the speed fixes (less those named in ``skip``) or without."""
     import contextlib
 
@@ -18,7 +19,8 @@ def _load(tiny_models, speedups: bool, *skip: str):
     with contextlib.ExitStack() as stack:
         for name in skip:
             stack.enter_context(registry.skipping(name, "skipped by the test"))
-        return load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", speedups=speedups)
+        return load_diarization_pipeline(str(tiny_models[folder]), None, kwargs.pop("device", "cpu"),
+                                         speedups=speedups, coarse_long=coarse_long, **kwargs)
 
 
 def _two_voices() -> np.ndarray:
@@ -29,25 +31,37 @@ def _two_voices() -> np.ndarray:
 
 
 def _rows_run(stock_pipeline):
-    """Spy on the stock embedding class's call (the fast pipeline's subclass calls it too): how
-    many (window, speaker) rows it computes."""
+    """Spy on the stock embedding class's call (the fast pipeline's subclass calls it too) and on
+    embed_trunk_once's: how many times the embedding network runs on a window's audio (once per
+    (window, speaker) row in pyannote's way, once per window in embed_trunk_once's)."""
+    from speaker_asr.patches import diarization
+
     rows = []
     stock = type(stock_pipeline._embedding)
-    call = stock.__call__
+    call, pooled = stock.__call__, diarization._pooled
 
     def counting(self, waveforms, masks=None):
         rows.append(len(waveforms))
         return call(self, waveforms, masks=masks)
 
+    def counting_pooled(model, waveforms, masks, trunk=None):
+        rows.append(len(waveforms))
+        return pooled(model, waveforms, masks, trunk)
+
+    def restore():
+        stock.__call__ = call
+        diarization._pooled = pooled
+
     stock.__call__ = counting
-    return rows, lambda: setattr(stock, "__call__", call)
+    diarization._pooled = counting_pooled
+    return rows, restore
 
 
 def test_speedups_keep_the_turns_and_skip_silent_slots(tiny_models):
     from speaker_asr.diarization.pipeline import diarize
 
-    # the output-preserving fixes only (the two that may change an output are tested on their own)
-    stock, fast = _load(tiny_models, False), _load(tiny_models, True, "embed_fewer_windows", "linear_clustering")
+    # the output-preserving fixes only (those that may change an output are tested on their own)
+    stock, fast = _load(tiny_models, False), _load(tiny_models, True, "linear_clustering")
     assert getattr(fast._embedding, "_skips_silent", False)
     assert not getattr(stock._embedding, "_skips_silent", False)
     assert fast.embedding_batch_size == 1 and stock.embedding_batch_size == 32
@@ -132,8 +146,8 @@ def test_long_recordings_slide_coarser_and_embed_fewer_windows(tiny_models, monk
     from speaker_asr.patches import diarization
 
     monkeypatch.setattr(diarization, "LONG_RECORDING_S", 30.0)  # 48 s is "long" here
-    recipe = _load(tiny_models, True, "embed_fewer_windows", "coarser_segmentation_step")
-    fast = _load(tiny_models, True)
+    recipe = _load(tiny_models, True)
+    fast = _load(tiny_models, True, coarse_long=True)
     audio = np.concatenate([_two_voices()] * 3)  # 48 s
     (every, masks_every, window_every), rows_every, _ = _clustering_inputs(recipe, audio)
     (embeddings, masks, window), rows, _ = _clustering_inputs(fast, audio)
@@ -149,8 +163,8 @@ def test_long_recordings_slide_coarser_and_embed_fewer_windows(tiny_models, monk
 
 
 def test_recordings_up_to_five_minutes_are_diarized_as_the_recipe_says(tiny_models):
-    recipe = _load(tiny_models, True, "embed_fewer_windows", "coarser_segmentation_step")
-    fast = _load(tiny_models, True)
+    recipe = _load(tiny_models, True)
+    fast = _load(tiny_models, True, coarse_long=True)
     audio = np.concatenate([_two_voices()] * 3)
     (every, masks_every, _), rows_every, want = _clustering_inputs(recipe, audio)
     (embeddings, masks, _), rows, got = _clustering_inputs(fast, audio)
@@ -164,8 +178,54 @@ def test_the_long_recording_length_is_a_setting(tiny_models):
     from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     audio = np.concatenate([_two_voices()] * 2)  # 32 s
-    short = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", long_after_s=20.0)
-    recipe = _load(tiny_models, True)  # 300 s: 32 s is short
+    short = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", long_after_s=20.0,
+                                      coarse_long=True)
+    recipe = _load(tiny_models, True, coarse_long=True)  # 300 s: 32 s is short
     (_, masks, window), _, _ = _clustering_inputs(short, audio)
     (_, masks_recipe, window_recipe), _, _ = _clustering_inputs(recipe, audio)
     assert window.step == 2 * window_recipe.step and len(masks) < len(masks_recipe)
+
+
+def test_the_embedding_network_runs_once_per_window_with_pyannotes_embeddings(tiny_models):
+    """WeSpeaker ResNet34 (the 3.1 recipe's): one run per window, pooled per speaker, gives the
+    embeddings pyannote computes one (window, speaker) pair at a time, and so the same turns."""
+    audio = np.concatenate([_two_voices()] * 2)
+    pairwise = _load(tiny_models, True, "embed_trunk_once", "onnx_embedding_trunk")
+    for skip in (("onnx_embedding_trunk",), ()):  # torch's trunk, then ONNX Runtime's
+        once = _load(tiny_models, True, *skip)
+        assert {r.name: r.applied for r in once.patch_report}["embed_trunk_once"]
+        (want, masks, _), pair_rows, want_d = _clustering_inputs(pairwise, audio)
+        (got, _, _), window_rows, got_d = _clustering_inputs(once, audio)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, atol=1e-5 * np.nanmax(np.abs(want)))
+        assert got_d.turns == want_d.turns and got_d.exclusive_turns == want_d.exclusive_turns
+        speaking = int((masks.sum(axis=1) > 0).any(axis=1).sum())
+        assert window_rows == speaking < pair_rows
+
+
+def test_the_embedding_speedups_say_where_they_do_not_apply(tiny_models, tmp_path):
+    from speaker_asr.testing.tiny_models import build_pyannote_pipeline
+
+    # another embedding model: its mask does not only weight a pooling
+    folders = {"xvector": build_pyannote_pipeline(tmp_path / "xvector", embedding="xvector")}
+    xvector = _load(folders, True, folder="xvector")
+    report = {r.name: r for r in xvector.patch_report}
+    assert not report["embed_trunk_once"].applied and "WeSpeaker" in report["embed_trunk_once"].reason
+    assert report["onnx_embedding_trunk"].reason == "embed_trunk_once did not apply"
+    # on a GPU the trunk stays torch's, and the coarse settings are never on, opted in or not
+    from speaker_asr.patches import diarization, registry
+
+    pipeline = _load(tiny_models, False)
+    assert diarization.embed_trunk_once(pipeline) is None
+    assert "runs on cuda" in diarization.onnx_embedding_trunk(pipeline, "cuda")
+    assert "runs on cuda:0" in registry._coarse_allowed({"device": "cuda:0", "coarse_long": True})
+    assert registry._coarse_allowed({"device": "cpu", "coarse_long": True}) is None
+    assert "is off" in registry._coarse_allowed({"device": "cpu"})
+
+
+def test_the_coarse_settings_are_an_opt_in_that_is_reported(tiny_models):
+    recipe, coarse = _load(tiny_models, True), _load(tiny_models, True, coarse_long=True, long_after_s=60)
+    assert recipe.diarization_settings["long_recordings"] == "recipe"
+    assert coarse.diarization_settings["long_recordings"] == "coarse"
+    assert coarse.diarization_settings["coarse_after_s"] == 60
+    assert "coarse over 60 s" in coarse.diarization_settings["summary"]

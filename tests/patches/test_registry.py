@@ -61,10 +61,14 @@ def test_diarization_patches_are_reported_and_switch_off(tiny_models):
     from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     fast = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=True)
+    report = {r.name: r for r in fast.patch_report}
     assert [(r.name, r.applied) for r in fast.patch_report] == [
-        ("skip_silent_embeddings", True), ("cpu_embedding_batch", True), ("coarser_segmentation_step", True),
-        ("embed_fewer_windows", True),
-        ("linear_clustering", True)]
+        ("skip_silent_embeddings", True), ("cpu_embedding_batch", True), ("embed_trunk_once", True),
+        ("onnx_embedding_trunk", True), ("coarser_segmentation_step", False), ("embed_fewer_windows", False),
+        ("linear_clustering", True), ("absorb_stray_clusters", True)]
+    # the approximations are an opt-in, and they say so
+    assert "DIARIZATION_COARSE_LONG_RECORDINGS is off" in report["coarser_segmentation_step"].reason
+    assert fast.diarization_settings["long_recordings"] == "recipe"
     stock = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=False)
     assert all(not r.applied and r.reason == "DIARIZATION_SPEEDUPS=false" for r in stock.patch_report)
     assert stock.embedding_batch_size == 32
@@ -92,10 +96,14 @@ def test_patch_order_and_declarations_are_fixed():
         < whisper.index("decoder_attention_at_load")
     assert [p.name for p in PATCHES if p.changes_output] == ["chunk_windows", "alignment_heads_only",
                                                              "coarser_segmentation_step", "embed_fewer_windows",
-                                                             "linear_clustering"]
+                                                             "linear_clustering", "absorb_stray_clusters"]
     diarization = [n for t, n in names if t == "diarization"]
     # the copies leave silent slots NaN, as skip_silent_embeddings does: it is decided first
     assert diarization.index("skip_silent_embeddings") < diarization.index("embed_fewer_windows")
+    # the trunk is run once per window before ONNX Runtime takes it over, and the copies of
+    # embed_fewer_windows come from that step
+    assert diarization.index("embed_trunk_once") < diarization.index("onnx_embedding_trunk") \
+        < diarization.index("embed_fewer_windows")
     assert all(p.versions and p.summary for p in PATCHES)
 
 
