@@ -8,7 +8,9 @@ For each length: N minutes of real speech (speaker_asr/testing/long_audio.py, wh
 reliability/long_audio.py builds its audio with: the kit's sample and LibriVox clips, 0.5 s apart,
 cycled; synthetic tones where the kit has no audio) written as FLAC, then a **fresh subprocess**
 loads the handler (``EndpointHandler``: whisper-tiny.en + pyannote-campp-3.1 from
-``$REAL_MODELS_DIR``, or the tiny random models with ``--models tiny``) and runs the endpoint's
+``$REAL_MODELS_DIR``; ``--models resnet34``: the same whisper-tiny.en and the 3.1 recipe with
+its WeSpeaker ResNet34, random weights, production's compute; the tiny random models with
+``--models tiny``) and runs the endpoint's
 steps **one after the other** (the handler runs the ASR and the diarization side by side; here
 each stage has the process to itself, so its time and memory are its own):
 
@@ -302,8 +304,10 @@ def report(runs: list[dict[str, Any]], args, models: str, started: datetime, loa
     done = [r for r in runs if "machine" in r]
     m = done[0]["machine"] if done else machine()
     threads = done[0].get("torch_threads") if done else m.get("torch_threads")
-    model_names = (f"{REAL_ASR} + {REAL_PIPELINE} from {REAL}" if models == "real"
-                   else "the tiny random models (numbers meaningless)")
+    model_names = {"real": f"{REAL_ASR} + {REAL_PIPELINE} from {REAL}",
+                   "resnet34": f"{REAL_ASR} + the 3.1 recipe as production runs it (real segmentation-3.0, "
+                               "WeSpeaker ResNet34 with random weights: production's compute, meaningless "
+                               "speakers)"}.get(models, "the tiny random models (numbers meaningless)")
     source = runs[0]["audio"]["source"] if runs else "–"
     lines = [
         "# Long audio, per stage (bench/long_audio.py)", "",
@@ -338,9 +342,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--minutes", default="2", help="audio lengths in minutes, comma-separated (at most 240)")
     parser.add_argument("--stages", choices=tuple(STAGES), default="all",
                         help="all: every stage; diarization: decode and the diarization's stages only")
-    parser.add_argument("--models", choices=("auto", "real", "tiny"), default="auto",
-                        help=f"real: $REAL_MODELS_DIR's {REAL_ASR} + {REAL_PIPELINE}; tiny: random; "
-                             "auto: real where present")
+    parser.add_argument("--models", choices=("auto", "real", "resnet34", "tiny"), default="auto",
+                        help=f"real: $REAL_MODELS_DIR's {REAL_ASR} + {REAL_PIPELINE}; resnet34: "
+                             f"{REAL_ASR} + the 3.1 recipe's WeSpeaker ResNet34 (random weights, the "
+                             "same compute); tiny: random; auto: real where present")
     parser.add_argument("--format", choices=("flac", "wav"), default="flac")
     parser.add_argument("--limit-minutes", type=float, default=0,
                         help="time limit of each length's run (0: 3x the audio length, at least 30 min)")

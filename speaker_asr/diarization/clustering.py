@@ -292,7 +292,8 @@ def absorb_strays(embeddings: np.ndarray, clusters: np.ndarray, min_cluster_size
     n = len(clusters)
     if n == 0:
         return clusters
-    floor = max(int(min_cluster_size), int(np.ceil(share * n)))
+    # pyannote's own minimum (lowered to a tenth of the embeddings on very short recordings)
+    floor = max(min(int(min_cluster_size), max(1, round(0.1 * n))), int(np.ceil(share * n)))
     unique, counts = np.unique(clusters, return_counts=True)
     large = unique[counts >= floor]
     small = unique[counts < floor][np.argsort(counts[counts < floor], kind="stable")]

@@ -140,6 +140,12 @@ def _absorb_stray_clusters(pipeline, context: dict) -> Optional[str]:
     return absorb_stray_clusters(pipeline)
 
 
+def _onnx_segmentation(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import onnx_segmentation
+
+    return onnx_segmentation(pipeline, context.get("device"))
+
+
 def _coarse_allowed(context: dict) -> Optional[str]:
     """Why the coarse long-recording settings are off here (None: the user opted in on CPU)."""
     device = context.get("device")
@@ -213,6 +219,10 @@ PATCHES: tuple[Patch, ...] = (
           _onnx_embedding_trunk,
           "on CPU that network runs in ONNX Runtime (exported at load; the same frames to float "
           "rounding, probed at load)"),
+    Patch("onnx_segmentation", "diarization", False, "pyannote.audio 3.3 and 4.x, onnxruntime",
+          _onnx_segmentation,
+          "on CPU the segmentation model runs in ONNX Runtime (exported at load; the same scores to "
+          "float rounding and the same powerset argmax, probed at load)"),
     Patch("coarser_segmentation_step", "diarization", True, "pyannote.audio 3.3 and 4.x",
           _coarser_segmentation_step,
           "opt-in (DIARIZATION_COARSE_LONG_RECORDINGS, CPU): on recordings over DIARIZATION_LONG_AFTER_S "

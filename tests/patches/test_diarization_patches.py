@@ -229,3 +229,21 @@ def test_the_coarse_settings_are_an_opt_in_that_is_reported(tiny_models):
     assert coarse.diarization_settings["long_recordings"] == "coarse"
     assert coarse.diarization_settings["coarse_after_s"] == 60
     assert "coarse over 60 s" in coarse.diarization_settings["summary"]
+
+
+def test_onnx_segmentation_gives_torchs_scores_and_turns(tiny_models):
+    import torch
+
+    from speaker_asr.diarization.pipeline import diarize
+
+    audio = np.concatenate([_two_voices()] * 2)
+    torch_seg = _load(tiny_models, True, "onnx_segmentation")
+    onnx_seg = _load(tiny_models, True)
+    assert {r.name: r.applied for r in onnx_seg.patch_report}["onnx_segmentation"]
+    waveforms = torch.from_numpy(np.resize(audio, 2 * 160000).reshape(2, 1, -1).astype(np.float32))
+    with torch.inference_mode():
+        want = torch_seg._segmentation.model(waveforms).numpy()
+        got = onnx_seg._segmentation.model(waveforms).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())
+    a, b = diarize(torch_seg, audio), diarize(onnx_seg, audio)
+    assert a.turns == b.turns and a.exclusive_turns == b.exclusive_turns

@@ -64,7 +64,7 @@ def test_diarization_patches_are_reported_and_switch_off(tiny_models):
     report = {r.name: r for r in fast.patch_report}
     assert [(r.name, r.applied) for r in fast.patch_report] == [
         ("skip_silent_embeddings", True), ("cpu_embedding_batch", True), ("embed_trunk_once", True),
-        ("onnx_embedding_trunk", True), ("coarser_segmentation_step", False), ("embed_fewer_windows", False),
+        ("onnx_embedding_trunk", True), ("onnx_segmentation", True), ("coarser_segmentation_step", False), ("embed_fewer_windows", False),
         ("linear_clustering", True), ("absorb_stray_clusters", True)]
     # the approximations are an opt-in, and they say so
     assert "DIARIZATION_COARSE_LONG_RECORDINGS is off" in report["coarser_segmentation_step"].reason

@@ -195,6 +195,18 @@ def gpu_run(env, wheels, out) -> subprocess.CompletedProcess:
 
 
 @heavy
+def test_long_audio_with_the_recipes_resnet34(env, tmp_path):
+    """--models resnet34: the 3.1 recipe as production runs it (WeSpeaker ResNet34, random
+    weights) is built and timed stage by stage, and named in the table's header."""
+    out = run([sys.executable, "bench/long_audio.py", "--minutes", "0.5", "--models", "resnet34",
+               "--stages", "diarization", "--work", str(tmp_path / "work"), "--json",
+               str(tmp_path / "long.json")], env)
+    assert "WeSpeaker ResNet34 with random weights" in out, out
+    doc = json.loads((tmp_path / "long.json").read_text())
+    assert doc["runs"][0]["stages"]["embeddings"]["seconds"] > 0, doc
+
+
+@heavy
 def test_gpu_run_dry_run(env, gpu_wheels, tmp_path):
     """bench/gpu_run.sh as the GPU machine runs it, on the CPU with the smoke shapes: the preflight
     (wheels, install, imports), then every endpoint section through the handler."""
