@@ -234,7 +234,7 @@ PATCHES: tuple[Patch, ...] = (
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
           "whose clusters are then linked by their weighted centroids: linear time and memory"),
     Patch("absorb_stray_clusters", "diarization", True, "pyannote.audio 3.3 and 4.x", _absorb_stray_clusters,
-          "a cluster under 1 % of a long recording's embeddings that lies near a larger one joins it "
+          "a cluster under 1 % of a long recording's embeddings within 0.45 (cosine) of a larger one joins it "
           "(the recipe's fixed minimum size lets overlapped speech through as extra speakers over hours)"),
 )
 
