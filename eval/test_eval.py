@@ -236,7 +236,7 @@ def test_long_part_smoke(tmp_path):
                     "| WDER ours | WDER anchor | WDER ours, reference turns | return blocks: DER "
                     "| return blocks: WDER ours | return speakers kept "
                     "| kept, >= 2 s each | kept in words | filler speakers kept |")
-    assert [(r[0], r[6]) for r in summary] == [("long32", "tiny.en"), ("long45", "tiny.en")]
+    assert [(r[0], r[6]) for r in summary] == [("long32", "tiny.en"), ("long45", "tiny.en"), ("joined8", "tiny.en")]
     assert all(float(r[1]) <= 1.5 for r in summary), summary
     header = ("| recording | model | speaker | returns with | appearances: start min (block, speech) "
               "| longest gap min | label per appearance (share, mapped to) | kept | theirs "
@@ -248,7 +248,7 @@ def test_long_part_smoke(tmp_path):
     assert all(r[3] == "other utterances" and r[7] in ("**yes**", "no") for r in returning), returning
     assert all("EN2001a" in r[4] and "EN2001e" in r[4] for r in returning if r[2].startswith("EN2001")), returning
     result = json.loads((out / "latest.json").read_text())
-    assert {r["file"] for r in result["long"]["recordings"]} == {"long32", "long45"}
+    assert {r["file"] for r in result["long"]["recordings"]} == {"long32", "long45", "joined8"}
     assert (out / "latest.md").read_text().startswith("# Speaker-attribution evaluation")
     built = next((tmp_path / "cache" / "data").glob("long-*"))
     assert (built / "long32.rttm").read_text().startswith("SPEAKER long32 1 ")
