@@ -176,9 +176,9 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
 
 
 def settings_in_force(report, long_after_s: Optional[float] = None) -> dict:
-    """What the loaded pipeline computes, from its patch report: ``exact`` (every applied patch
-    keeps pyannote's output, to float rounding, up to the clustering past 45 minutes),
-    ``long_recordings`` ("recipe" or "coarse") and a one-line ``summary`` (logged, in /health)."""
+    """What the loaded pipeline computes, from its patch report: ``long_recordings`` ("recipe":
+    the recipe's segmentation step and every window embedded at every length; "coarse": the
+    opt-in past ``coarse_after_s``) and a one-line ``summary`` (logged, in /health)."""
     from speaker_asr.patches.diarization import LONG_RECORDING_S
 
     applied = {r.name for r in report if r.applied}
@@ -191,7 +191,6 @@ def settings_in_force(report, long_after_s: Optional[float] = None) -> dict:
         summary = "the recipe's segmentation step and every window embedded, at every length"
     return {"long_recordings": "coarse" if coarse else "recipe",
             "coarse_after_s": after if coarse else None,
-            "exact": not any(r.changes_output for r in report if r.applied and r.name != "linear_clustering"),
             "summary": summary}
 
 
