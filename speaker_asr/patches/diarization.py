@@ -75,9 +75,23 @@ def _zero_mask_gives_nan(embedding) -> bool:
 CPU_EMBEDDING_BATCH_SIZE = 1
 
 
+def off_cpu(device) -> Optional[str]:
+    """Why a CPU-only patch does not apply on ``device`` (None: it is the CPU, or not given)."""
+    if device is not None and str(device).split(":")[0] != "cpu":
+        return f"the pipeline runs on {device}"
+    return None
+
+
+def _equal_to_rounding(got: np.ndarray, want: np.ndarray) -> bool:
+    """What the load-time probes accept as the same output: the same shape, at most 1e-5 of the
+    output's scale apart."""
+    scale = float(np.abs(want).max()) or 1.0
+    return got.shape == want.shape and np.allclose(got, want, rtol=0, atol=1e-5 * scale)
+
+
 def cpu_embedding_batch(pipeline, device=None) -> bool:
     """One window per embedding batch when the pipeline runs on CPU. Returns whether it applied."""
-    if device is not None and str(device).split(":")[0] != "cpu":
+    if off_cpu(device):
         return False
     if not hasattr(pipeline, "embedding_batch_size"):
         return False
@@ -168,8 +182,7 @@ def _trunk_probe(embedding, model) -> Optional[str]:
         return f"its probe failed ({type(exc).__name__}: {exc})"
     if got.shape != want.shape:
         return f"pooling per speaker gives {got.shape}, not {want.shape}"
-    scale = float(np.abs(want).max()) or 1.0
-    if not np.allclose(got, want, rtol=0, atol=1e-5 * scale):
+    if not _equal_to_rounding(got, want):
         return "pooling per speaker differs from one slot at a time"
     return None
 
@@ -219,14 +232,14 @@ def embed_trunk_once(pipeline) -> Optional[str]:
         embeddings = np.full((num_chunks, num_speakers, self._embedding.dimension), np.nan,
                              dtype=np.float32)
         total = math.ceil(len(todo) / size)
+        trunk = getattr(self, "_embedding_trunk", None)  # onnx_embedding_trunk's, if it applied
         if hook is not None:
             hook("embeddings", None, total=total, completed=0)
         for i, start in enumerate(range(0, len(todo), size), 1):
             chunks = todo[start:start + size]
             waveforms = torch.vstack([self._audio.crop(file, window[int(c)], mode="pad")[0][None]
                                       for c in chunks])
-            out = _pooled(model, waveforms, torch.from_numpy(masks[chunks]),
-                          getattr(self, "_embedding_trunk", None))
+            out = _pooled(model, waveforms, torch.from_numpy(masks[chunks]), trunk)
             embeddings[chunks] = out
             if hook is not None:
                 hook("embeddings", out, total=total, completed=i)
@@ -246,8 +259,8 @@ def onnx_embedding_trunk(pipeline, device=None) -> Optional[str]:
     float rounding (probed at load: at most 1e-5 of their scale apart). The model is exported in
     memory at load (about 2 s) with as many threads as torch has. Returns None when it applied,
     else why not."""
-    if device is not None and str(device).split(":")[0] != "cpu":
-        return f"the pipeline runs on {device}"
+    if off_cpu(device):
+        return off_cpu(device)
     model = getattr(pipeline, "_trunk_model", None)
     if model is None:
         return "embed_trunk_once did not apply"
@@ -278,8 +291,7 @@ def onnx_embedding_trunk(pipeline, device=None) -> Optional[str]:
         got = _pooled(model, waveform, masks, trunk)
     except Exception as exc:
         return f"its ONNX export or run failed ({type(exc).__name__}: {str(exc)[:200]})"
-    scale = float(np.abs(want).max()) or 1.0
-    if got.shape != want.shape or not np.allclose(got, want, rtol=0, atol=1e-5 * scale):
+    if not _equal_to_rounding(got, want):
         return "ONNX Runtime's embeddings differ from torch's"
 
     pipeline._embedding_trunk = trunk
@@ -330,8 +342,8 @@ def onnx_segmentation(pipeline, device=None) -> Optional[str]:
     32 windows, the same outputs to float rounding (probed at load on a batch of random windows,
     and their argmax, which decides the powerset speakers, identical). Returns None when it
     applied, else why not."""
-    if device is not None and str(device).split(":")[0] != "cpu":
-        return f"the pipeline runs on {device}"
+    if off_cpu(device):
+        return off_cpu(device)
     inference = getattr(pipeline, "_segmentation", None)
     model = getattr(inference, "model", None)
     if model is None or type(pipeline).__name__ != "SpeakerDiarization":
@@ -351,9 +363,7 @@ def onnx_segmentation(pipeline, device=None) -> Optional[str]:
         got = run(example).numpy()
     except Exception as exc:
         return f"its ONNX export or run failed ({type(exc).__name__}: {str(exc)[:200]})"
-    scale = float(np.abs(want).max()) or 1.0
-    if got.shape != want.shape or not np.allclose(got, want, rtol=0, atol=1e-5 * scale) \
-            or not np.array_equal(got.argmax(axis=-1), want.argmax(axis=-1)):
+    if not _equal_to_rounding(got, want) or not np.array_equal(got.argmax(axis=-1), want.argmax(axis=-1)):
         return "ONNX Runtime's segmentation differs from torch's"
 
     def forward(waveforms, *args, **kwargs):

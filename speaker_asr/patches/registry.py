@@ -116,9 +116,11 @@ def _skip_silent_embeddings(pipeline, context: dict) -> Optional[str]:
 def _cpu_embedding_batch(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization import cpu_embedding_batch
 
+    from speaker_asr.patches.diarization import off_cpu
+
     device = context.get("device")
-    if device is not None and str(device).split(":")[0] != "cpu":
-        return f"the pipeline runs on {device}"
+    if off_cpu(device):
+        return off_cpu(device)
     return None if cpu_embedding_batch(pipeline, device) else "the pipeline has no embedding batch size"
 
 
@@ -148,9 +150,11 @@ def _onnx_segmentation(pipeline, context: dict) -> Optional[str]:
 
 def _coarse_allowed(context: dict) -> Optional[str]:
     """Why the coarse long-recording settings are off here (None: the user opted in on CPU)."""
+    from speaker_asr.patches.diarization import off_cpu
+
     device = context.get("device")
-    if device is not None and str(device).split(":")[0] != "cpu":
-        return f"the pipeline runs on {device} (the coarse settings are for CPUs only)"
+    if off_cpu(device):
+        return off_cpu(device) + " (the coarse settings are for CPUs only)"
     if not context.get("coarse_long"):
         return "DIARIZATION_COARSE_LONG_RECORDINGS is off: the recipe's accuracy at every length"
     return None
