@@ -132,35 +132,35 @@ def worker_handler(spec: dict) -> dict:
     timers.patch(steps_mod, "diarize", "diarization")
     timers.patch(steps_mod, "attribute", "alignment")
     timers.patch(steps_mod, "rename_speakers", "alignment")
-    timers.patch(h.asr, "transcribe", "asr")
-    model = h.asr.model
-    timers.patch(type(h.asr.processor.feature_extractor), "__call__", "asr.features")
+    timers.patch(h.models.asr, "transcribe", "asr")
+    model = h.models.asr.model
+    timers.patch(type(h.models.asr.processor.feature_extractor), "__call__", "asr.features")
     timers.patch(model.model.encoder, "forward", "asr.encoder")
     timers.patch(model.model.decoder, "forward", "asr.decoder")
     timers.patch(model, "_extract_token_timestamps", "asr.word_dtw")
-    if h.asr.assistant is not None:
-        timers.patch(h.asr.assistant.model.decoder, "forward", "asr.assistant_decoder")
+    if h.models.asr.assistant is not None:
+        timers.patch(h.models.asr.assistant.model.decoder, "forward", "asr.assistant_decoder")
     used_assistant = []
-    timed_transcribe = h.asr.transcribe
+    timed_transcribe = h.models.asr.transcribe
 
     def transcribe(*a, **k):  # records whether the assistant drafted (assisted="auto" decides)
         r = timed_transcribe(*a, **k)
         used_assistant.append(getattr(r, "assisted", None))
         return r
 
-    h.asr.transcribe = transcribe
+    h.models.asr.transcribe = transcribe
 
     if spec["warmup"]:
         h({"inputs": warm, "parameters": params})
-    policy = getattr(h.asr, "assist_policy", None)
+    policy = getattr(h.models.asr, "assist_policy", None)
     auto_learning = 0
-    if spec["mode"] == "auto" and policy is not None and h.asr.assistant is not None:
+    if spec["mode"] == "auto" and policy is not None and h.models.asr.assistant is not None:
         # assisted="auto" learns which mode is faster from the requests it serves (assist_policy.py):
         # measure the steady state of a deployment that has served this kind of request, not its
         # first requests (ASR only: the diarization does not depend on the mode)
         from speaker_asr.config import InferenceConfig
 
-        cfg = InferenceConfig.from_request(params, h.capabilities)
+        cfg = InferenceConfig.from_request(params, h.models.capabilities)
         if cfg.assist_eligible(duration, True):
             while min(v["timings"] for v in policy.snapshot().values()) < policy.min_samples:
                 timed_transcribe(audio, cfg, word_timestamps=True)
@@ -204,7 +204,7 @@ def worker_handler(spec: dict) -> dict:
         "lifetime_peak_rss_mb": lifetime_peak_rss_mb(),
         "speakers": len(response.get("speakers") and {s["speaker"] for s in response["speakers"]} or []),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "quantization": getattr(h.asr, "quantization", None),
+        "quantization": getattr(h.models.asr, "quantization", None),
     }
 
 

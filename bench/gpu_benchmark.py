@@ -637,7 +637,7 @@ def sec_bracket(rig, args, device, budget) -> dict:
                 out[key] = "skipped (time budget)"
                 continue
             h = rig.handler(handler)
-            h.asr.max_new_tokens = tokens
+            h.models.asr.max_new_tokens = tokens
             r = timed_requests(h, audio, {"assisted": assisted}, device, args.iters)
             r.update(audio_s=seconds, tokens_per_window=tokens,
                      ms_per_token=1000 * r["s"] / max(1, r["windows"] * tokens))
@@ -656,7 +656,7 @@ def sec_batch24(rig, args, device, budget) -> dict:
     pool grown there, not in the timed calls)."""
     seconds = args.long_seconds
     h = rig.handler("asr")
-    h.asr.max_new_tokens = rig.tokens_for(30.0)
+    h.models.asr.max_new_tokens = rig.tokens_for(30.0)
     out = {}
     for label, words in (("words", True), ("plain", False)):
         if budget.left() < 60:
@@ -664,7 +664,7 @@ def sec_batch24(rig, args, device, budget) -> dict:
             continue
         r = timed_requests(h, wav_bytes(seconds), {"batch_size": 24, "return_word_timestamps": words},
                            device, max(1, args.iters - 1))
-        r.update(audio_s=seconds, tokens_per_window=h.asr.max_new_tokens, rtf=r["s"] / seconds)
+        r.update(audio_s=seconds, tokens_per_window=h.models.asr.max_new_tokens, rtf=r["s"] / seconds)
         out[label] = r
         log(f"batch24 {label}: {r['s']:.2f} s for {seconds:.0f} s (RTF {r['rtf']:.4f}, {r['windows']} windows)")
     return out
@@ -683,22 +683,22 @@ def sec_together(rig, args, device, budget) -> dict:
     seconds = args.long_seconds
     audio = wav_bytes(seconds)
     h = rig.handler("full")
-    h.asr.max_new_tokens = rig.tokens_for(30.0)
+    h.models.asr.max_new_tokens = rig.tokens_for(30.0)
     out = {"audio_s": seconds}
     iters = max(1, args.iters - 1)
     if budget.left() >= 60:
         asr = rig.handler("asr")
-        asr.asr.max_new_tokens = h.asr.max_new_tokens
+        asr.asr.max_new_tokens = h.models.asr.max_new_tokens
         r = timed_requests(asr, audio, {"batch_size": 24, "return_word_timestamps": True}, device, iters)
         out["asr alone"] = {**r, "rtf": r["s"] / seconds}
     if budget.left() >= 45:
         waveform = synthetic_speech(seconds)
-        cfg = InferenceConfig.model_validate({}, context={"capabilities": h.capabilities})
-        diarize_speakers(h.diarization, h.voices, waveform, cfg, with_voices=False)  # warm-up
+        cfg = InferenceConfig.model_validate({}, context={"capabilities": h.models.capabilities})
+        diarize_speakers(h.models.diarizer.pipeline, h.models.diarizer.voices, waveform, cfg, with_voices=False)  # warm-up
         times = []
         for _ in range(iters):
             started = time.perf_counter()
-            found = diarize_speakers(h.diarization, h.voices, waveform, cfg, with_voices=False)
+            found = diarize_speakers(h.models.diarizer.pipeline, h.models.diarizer.voices, waveform, cfg, with_voices=False)
             sync(device)
             times.append(time.perf_counter() - started)
         times.sort()
@@ -712,10 +712,10 @@ def sec_together(rig, args, device, budget) -> dict:
         if budget.left() < 60:
             out[label] = "skipped (time budget)"
             continue
-        h.pipeline.diarization_stream = stream
+        h.models.diarizer.stream = stream
         r = timed_requests(h, audio, {"batch_size": 24}, device, iters)
         out[label] = {**r, "rtf": r["s"] / seconds}
-    h.pipeline.diarization_stream = None
+    h.models.diarizer.stream = None
     for key, r in out.items():
         if isinstance(r, dict):
             log(f"together {key}: {r['s']:.2f} s for {seconds:.0f} s (RTF {r['rtf']:.4f})")

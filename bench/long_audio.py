@@ -15,7 +15,7 @@ steps **one after the other** (the handler runs the ASR and the diarization side
 each stage has the process to itself, so its time and memory are its own):
 
 * ``decode``: the file's bytes -> 16 kHz float32 (``speaker_asr.audio.inputs.preprocess_inputs``);
-* ``asr``: the handler's transcriber with word timestamps, alone (``h.asr.transcribe``);
+* ``asr``: the handler's transcriber with word timestamps, alone (``h.models.asr.transcribe``);
 * inside ``speaker_asr.diarization.pipeline.diarize``, marked by pyannote's progress hook and a
   wrapper around the pipeline's ``clustering``: ``segmentation`` (the segmentation model over
   every window, binarization and the per-frame speaker count: up to pyannote's
@@ -125,26 +125,26 @@ def run_stages(which: str, h, audio_path: Path, sampler: RssSampler, result: dic
     from speaker_asr.audio.inputs import preprocess_inputs
     from speaker_asr.config import InferenceConfig
 
-    config = InferenceConfig.from_request({}, h.capabilities)  # a request's defaults
+    config = InferenceConfig.from_request({}, h.models.capabilities)  # a request's defaults
     data = audio_path.read_bytes()
     result["input_bytes"] = len(data)
-    audio = sampler.wrap("decode", preprocess_inputs)(data, max_duration_s=h.settings.max_audio_seconds)
+    audio = sampler.wrap("decode", preprocess_inputs)(data, max_duration_s=h.models.settings.max_audio_seconds)
     del data
     result["duration_s"] = len(audio) / SR
     save()
     if which == "diarization":
         stages = DiarizationStages(sampler, on_stage_end=save)
-        found = stages.diarize(h.diarization, audio)
+        found = stages.diarize(h.models.diarizer.pipeline, audio)
         result["speakers"] = len({t.speaker for t in found.turns})
         result["diarization_events"] = stages.events
         return
-    transcript = sampler.wrap("asr", h.asr.transcribe)(audio, config, word_timestamps=True)
+    transcript = sampler.wrap("asr", h.models.asr.transcribe)(audio, config, word_timestamps=True)
     result["words"] = len(transcript.words or [])
     save()
     stages = DiarizationStages(sampler, after="attribution", on_stage_end=save)
     steps.diarize = stages.diarize  # what diarize_speakers calls (a fresh process: never restored)
     # what Pipeline runs on the two: diarize_speakers (diarize(), then the speakers' labels), attribute()
-    found = steps.diarize_speakers(h.diarization, h.voices, audio, config, with_voices=False)
+    found = steps.diarize_speakers(h.models.diarizer.pipeline, h.models.diarizer.voices, audio, config, with_voices=False)
     attributed = attribute(transcript, len(audio) / SR, found, with_words=config.return_word_timestamps)
     sampler.end("attribution")
     result["speakers"] = len({t.speaker for t in found.turns})

@@ -197,14 +197,14 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
     cfg = asr_config(model)
     out = {"threads": args.breakdown_threads}
     torch.set_num_threads(args.breakdown_threads)
-    h.asr.transcribe(audio[: 5 * SR], cfg, word_timestamps=True)  # warm-up (and eager switch)
+    h.models.asr.transcribe(audio[: 5 * SR], cfg, word_timestamps=True)  # warm-up (and eager switch)
     timers = Timers()
-    instrument_asr(timers, h.asr)
+    instrument_asr(timers, h.models.asr)
     samples = []
     for _ in range(args.repeats):
         timers.reset()
         t = time.perf_counter()
-        r = h.asr.transcribe(audio, cfg, word_timestamps=True)
+        r = h.models.asr.transcribe(audio, cfg, word_timestamps=True)
         total = time.perf_counter() - t
         samples.append((total, dict(timers.total), dict(timers.calls), r.text))
     total, st, calls, text = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
@@ -214,7 +214,7 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
                                        "asr.logits_processors", "asr.word_dtw",
                                        "asr.stopping_criteria"))
     st["asr.feature_extractor"] = st.get("asr.feature_extractor", 0.0)
-    asr = {"total_s": total, "wer": wer(ref, text), "attn": attn_impl(h.asr.model),
+    asr = {"total_s": total, "wer": wer(ref, text), "attn": attn_impl(h.models.asr.model),
            "decoder_steps": dec_steps,
            "decoder_ms_per_step": 1000 * st.get("asr.decoder_layers", 0) / dec_steps if dec_steps else None,
            "parts_s": st, "generate_other_s": gen - inner,
@@ -225,15 +225,15 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
     log(f"{model} ASR {total:.2f}s", {k: round(v, 3) for k, v in st.items()})
 
     timers = Timers()
-    instrument_diar(timers, h.diarization)
-    diarize(h.diarization, audio[: 5 * SR])  # warm-up
+    instrument_diar(timers, h.models.diarizer.pipeline)
+    diarize(h.models.diarizer.pipeline, audio[: 5 * SR])  # warm-up
     samples = []
     for _ in range(args.repeats):
         timers.reset()
         reset_peak_rss()
         before = rss_mb()
         t = time.perf_counter()
-        diarize(h.diarization, audio)
+        diarize(h.models.diarizer.pipeline, audio)
         total = time.perf_counter() - t
         samples.append((total, dict(timers.total), dict(timers.calls), peak_rss_mb() - before))
     total, st, calls, mem = sorted(samples, key=lambda s: s[0])[len(samples) // 2]
@@ -244,7 +244,7 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
     # memory of the ASR alone
     reset_peak_rss()
     before = rss_mb()
-    h.asr.transcribe(audio, cfg, word_timestamps=True)
+    h.models.asr.transcribe(audio, cfg, word_timestamps=True)
     out["asr"]["peak_rss_over_before_mb"] = peak_rss_mb() - before
 
     if args.cprofile:
@@ -252,8 +252,8 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
         import io
         import pstats
 
-        for name, fn in (("asr", lambda: h.asr.transcribe(audio, cfg, word_timestamps=True)),
-                         ("diarization", lambda: diarize(h.diarization, audio))):
+        for name, fn in (("asr", lambda: h.models.asr.transcribe(audio, cfg, word_timestamps=True)),
+                         ("diarization", lambda: diarize(h.models.diarizer.pipeline, audio))):
             prof = cProfile.Profile()
             prof.enable()
             fn()
@@ -267,7 +267,7 @@ def section_breakdown(h, model, audio, ref, args) -> dict:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            h.asr.transcribe(audio, cfg, word_timestamps=True)
+            h.models.asr.transcribe(audio, cfg, word_timestamps=True)
         path = RESULTS / f"torchprof-{model}-asr.txt"
         path.write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
         out["torch_profile_asr"] = str(path)
@@ -285,7 +285,7 @@ def section_asr(h, model, audio, ref, args) -> dict:
 
     from speaker_asr.asr.transcriber import WhisperTranscriber
 
-    asr = h.asr
+    asr = h.models.asr
     cfg = asr_config(model)
     stock = asr.model
     stock.config._attn_implementation = "sdpa"  # as loaded
@@ -366,7 +366,7 @@ def section_diar(h, model, audio, ref, args) -> dict:
     import torch
     from speaker_asr.diarization.pipeline import diarize
 
-    p = h.diarization
+    p = h.models.diarizer.pipeline
     orig = (p.embedding_batch_size, p.segmentation_batch_size)
 
     def cfg(emb, seg, threads=args.variant_threads):
@@ -415,13 +415,13 @@ def section_concurrency(h, model, audio, ref, args) -> dict:
     def asr_job(threads):
         torch.set_num_threads(threads)
         t = time.perf_counter()
-        r = h.asr.transcribe(audio, cfg, word_timestamps=True)
+        r = h.models.asr.transcribe(audio, cfg, word_timestamps=True)
         return time.perf_counter() - t, r
 
     def diar_job(threads):
         torch.set_num_threads(threads)
         t = time.perf_counter()
-        d = diarize(h.diarization, audio)
+        d = diarize(h.models.diarizer.pipeline, audio)
         return time.perf_counter() - t, d
 
     def sequential(threads):
@@ -448,7 +448,7 @@ def section_concurrency(h, model, audio, ref, args) -> dict:
         half = max(1, n // 2)
         variants["sequential, 1 thr"] = sequential(1)
         variants[f"thread beside ASR, {n - half}+{half} thr"] = concurrent(n - half, half)
-    h.asr.transcribe(audio[: 5 * SR], cfg, word_timestamps=True)
+    h.models.asr.transcribe(audio[: 5 * SR], cfg, word_timestamps=True)
     times = {k: [] for k in variants}
     parts = {k: [] for k in variants}
     for rep in range(args.repeats):

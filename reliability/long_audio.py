@@ -97,7 +97,7 @@ def measure(args, h, handler_module, sampler: RssSampler, data: bytes, parameter
         from speaker_asr import pipeline as steps  # where the handler's steps call diarize
 
         steps.diarize = sampler.wrap("diarization", steps.diarize)
-        h.asr.transcribe = sampler.wrap("asr", h.asr.transcribe)
+        h.models.asr.transcribe = sampler.wrap("asr", h.models.asr.transcribe)
         response = sampler.wrap("request", h)({"inputs": data, "parameters": parameters})
         result["duration_s"] = response.get("duration")
         result["words"] = len(response.get("text", "").split())
@@ -110,21 +110,21 @@ def measure(args, h, handler_module, sampler: RssSampler, data: bytes, parameter
         from speaker_asr.diarization.pipeline import diarize
         from speaker_asr.audio.inputs import preprocess_inputs
 
-        audio = preprocess_inputs(data, max_duration_s=h.settings.max_audio_seconds)
+        audio = preprocess_inputs(data, max_duration_s=h.models.settings.max_audio_seconds)
         result["duration_s"] = len(audio) / SR
         if args.stage == "decode":
             del audio
-            audio = sampler.wrap("decode", preprocess_inputs)(data, max_duration_s=h.settings.max_audio_seconds)
+            audio = sampler.wrap("decode", preprocess_inputs)(data, max_duration_s=h.models.settings.max_audio_seconds)
         else:
             del data
             gc.collect()
             result["rss_with_audio_mb"] = sampler.sample()
             if args.stage == "asr":
-                config = InferenceConfig.from_request(parameters, h.capabilities)
-                out = sampler.wrap("asr", h.asr.transcribe)(audio, config, word_timestamps=True)
+                config = InferenceConfig.from_request(parameters, h.models.capabilities)
+                out = sampler.wrap("asr", h.models.asr.transcribe)(audio, config, word_timestamps=True)
                 result["words"] = len(out.text.split())
             else:
-                out = sampler.wrap("diarization", diarize)(h.diarization, audio)
+                out = sampler.wrap("diarization", diarize)(h.models.diarizer.pipeline, audio)
                 result["speakers"] = len({t.speaker for t in out.turns})
 
 

@@ -2,7 +2,7 @@
 
 The Endpoints loader imports this file from the repository root and calls
 ``EndpointHandler(path)(data)``: the models are loaded once, then each request is validated
-(config.py), its audio decoded once (audio/), run through the :class:`~speaker_asr.pipeline.Pipeline`
+(config.py), its audio decoded once (audio/), transcribed by :meth:`speaker_asr.models.Models.transcribe`
 (transcribe beside diarize, attribute, name known speakers) and the resulting
 :class:`~speaker_asr.result.Result` rendered in the format asked for (formats/).
 """
@@ -10,16 +10,14 @@ The Endpoints loader imports this file from the repository root and calls
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Callable, Optional
 
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
 from speaker_asr.config import InferenceConfig, ModelSettings
-from speaker_asr.diarization.pipeline import configure_pyannote_telemetry, load_diarization_pipeline
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render_response
-from speaker_asr.pipeline import WARM_UP_SECONDS, Pipeline
+from speaker_asr.models import WARM_UP_SECONDS, Models
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.result import Result
 
@@ -27,61 +25,18 @@ logger = logging.getLogger("handler")
 
 
 class EndpointHandler:
-    def __init__(self, path: str = "", settings: Optional[ModelSettings] = None):
-        # settings come from the environment now, when the endpoint starts -- not at import
-        self.settings = settings or ModelSettings()
-        configure_pyannote_telemetry(self.settings.diarization_telemetry)
+    """``EndpointHandler(path)(data)``: the models (:class:`~speaker_asr.models.Models`) loaded
+    once from ``settings`` (by default the environment's, read now, when the endpoint starts),
+    then one request per call. ``path`` is the repository folder the toolkit passes; the models
+    come from the settings."""
 
-        from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
+    def __init__(self, path: str = "", settings: Optional[ModelSettings] = None,
+                 models: Optional[Models] = None):
+        self.models = models if models is not None else Models.load(settings or ModelSettings())
+        if self.models.settings.warmup and self.models.warm_up_seconds is None:
+            self._warm_up()
 
-        started = time.perf_counter()
-        self.device, self.dtype = resolve_device(self.settings)
-        self.asr = WhisperTranscriber(self.settings, self.device, self.dtype)
-        self.diarization = None
-        self.voices = None  # the diarization's speaker-embedding model, for known speakers
-        if self.settings.diarization_model:
-            self.diarization = load_diarization_pipeline(
-                self.settings.diarization_model, self.settings.token(), self.device,
-                telemetry=self.settings.diarization_telemetry,
-                speedups=self.settings.diarization_speedups,
-                long_after_s=self.settings.diarization_long_after_s,
-                coarse_long=self.settings.diarization_coarse_long_recordings)
-            from speaker_asr.diarization.embeddings import SpeakerVoices
-
-            try:
-                self.voices = SpeakerVoices(self.diarization)
-            except RuntimeError as exc:  # a custom pipeline without an embedding model
-                logger.warning("known speakers unavailable: %s", exc)
-        stream = None
-        if self.diarization is not None and self.settings.diarization_cuda_stream \
-                and str(self.device).startswith("cuda"):
-            import torch
-
-            stream = torch.cuda.Stream(self.device)
-        self.pipeline = Pipeline(self.asr, self.diarization, self.voices,
-                                 self.settings.speaker_match_threshold, diarization_stream=stream)
-        # one request at a time: the models, the assistant policy and the diarization worker are
-        # shared state (the Endpoints toolkit serialises calls too; a caller's own threads may not)
-        self._lock = threading.Lock()
-        self.capabilities = self.asr.capabilities(has_diarization=self.diarization is not None)
-        # what was changed in transformers' and pyannote's internals: logged, in /health and /metrics
-        from speaker_asr.patches.registry import describe
-
-        self.patch_report = self.asr.patch_report + list(getattr(self.diarization, "patch_report", []))
-        # what the diarization computes (the recipe's way, or the opt-in coarse one; in /health)
-        self.diarization_settings = getattr(self.diarization, "diarization_settings", None)
-        # QUANTIZATION=int8: which form this CPU got and why (in /health)
-        self.quantization = self.asr.quantization
-        logger.info("patches: %s", describe(self.patch_report))
-        logger.info("models loaded in %.1f s (asr=%s assistant=%s diarization=%s device=%s dtype=%s%s)",
-                    time.perf_counter() - started, self.settings.asr_model,
-                    self.settings.assistant_model, self.settings.diarization_model, self.device,
-                    str(self.dtype).removeprefix("torch."),
-                    f" quantization={self.settings.quantization}" if self.settings.quantization else "")
-        # seconds per part of the warm-up (Pipeline.warm_up); None with WARMUP=false
-        self.warmup: Optional[dict[str, float]] = self._warm_up() if self.settings.warmup else None
-
-    def _warm_up(self) -> dict[str, float]:
+    def _warm_up(self) -> None:
         """The models run once before the first request (``WARMUP``); one log line with the time
         of each part. A model that fails here fails the load."""
         import transformers
@@ -92,8 +47,7 @@ class EndpointHandler:
         previous = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()
         try:
-            with self._lock:
-                seconds = self.pipeline.warm_up(self.capabilities)
+            seconds = self.models.warm_up()
         except Exception:
             logger.error("the warm-up failed: the models raised on %.0f s of made-up audio "
                          "(WARMUP=false starts without the warm-up)", WARM_UP_SECONDS)
@@ -102,7 +56,6 @@ class EndpointHandler:
             transformers.logging.set_verbosity(previous)
         logger.info("warm-up in %.2f s (%s; %.0f s of audio)", time.perf_counter() - started,
                     " ".join(f"{part}={s:.2f}s" for part, s in seconds.items()), WARM_UP_SECONDS)
-        return seconds
 
     def __call__(self, data: dict[str, Any], progress: Optional[ProgressCallback] = None
                  ) -> dict[str, Any]:
@@ -127,13 +80,13 @@ class EndpointHandler:
         if not isinstance(data, dict):
             raise RequestError("the request must be a JSON object with 'inputs' (base64 audio) and "
                                "optional 'parameters'")
-        with self._lock:
-            data = unwrap_json_body(data)
-            config = InferenceConfig.from_request(data.get("parameters"), self.capabilities)
-            try:
-                audio = preprocess_inputs(data.get("inputs"),
-                                          max_duration_s=self.settings.max_audio_seconds)
-            except RequestError as exc:
-                exc.param = exc.param or "inputs"
-                raise
-            return config, self.pipeline(audio, config, on_start=on_start, progress=progress)
+        data = unwrap_json_body(data)
+        config = InferenceConfig.from_request(data.get("parameters"), self.models.capabilities)
+        try:
+            audio = preprocess_inputs(data.get("inputs"),
+                                      max_duration_s=self.models.settings.max_audio_seconds)
+        except RequestError as exc:
+            exc.param = exc.param or "inputs"
+            raise
+        # one recording at a time: Models.transcribe holds the models' lock
+        return config, self.models.transcribe(audio, config, on_start=on_start, progress=progress)

@@ -76,7 +76,7 @@ def test_assisted_equals_plain_greedy(handler, speech_like_wav):
 
 def test_assistant_is_really_used(handler, speech_like_wav):
     calls = []
-    hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    hook = handler.models.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
     try:
         handler({"inputs": b64(speech_like_wav), "parameters": {"assisted": True}})
         assert calls, "assisted=true must run the assistant (num_beams=1, decoder-only assistant)"
@@ -87,7 +87,7 @@ def test_assistant_is_really_used(handler, speech_like_wav):
         # modes before it keeps the faster (assist_policy.py), the assistant first
         from speaker_asr.asr.assist_policy import AssistPolicy
 
-        handler.asr.assist_policy = AssistPolicy()
+        handler.models.asr.assist_policy = AssistPolicy()
         calls.clear()
         handler({"inputs": b64(speech_like_wav)})
         assert calls, "assisted='auto' tries the assistant on one-window audio"
@@ -108,7 +108,7 @@ def test_the_response_says_whether_the_assistant_drafted_and_why(handler, speech
 
     assert ask(assisted=True)["assisted"] == {"used": True, "reason": "requested"}
     assert ask(assisted=False)["assisted"] == {"used": False, "reason": "not requested"}
-    handler.asr.assist_policy = AssistPolicy(min_samples=1, explore_every=0)
+    handler.models.asr.assist_policy = AssistPolicy(min_samples=1, explore_every=0)
     caplog.set_level(logging.INFO, logger="speaker_asr.asr.transcriber")
     # 'auto' on one-window audio: the policy times both modes (assisted first), then keeps the
     # faster; each plain decode says why in one INFO line
@@ -131,7 +131,7 @@ def test_long_audio_is_chunked_and_batched(handler, caplog):
 
     audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
     calls = []
-    hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    hook = handler.models.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
     caplog.set_level(logging.INFO, logger="speaker_asr.asr.transcriber")
     try:
         r = handler({"inputs": b64(encode(audio)), "parameters": {"batch_size": 2, "chunk_length_s": 10}})
@@ -151,7 +151,7 @@ def test_long_form_sequential_and_chunked(handler):
     call on all of its frames), words timed across the whole file; 'chunked' (the default) cuts
     it into windows. Both keep the schema and the words-equal-transcript rule."""
     audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
-    model = handler.asr.model
+    model = handler.models.asr.model
     frames = []
     original = model.generate
 
@@ -185,7 +185,7 @@ def test_assisted_sequential_long_form_equals_plain(handler):
     1, Whisper's own long-form loop) and the greedy text is the plain text."""
     audio = np.concatenate([tone(15.0, freq=200.0), tone(17.0, freq=350.0)])
     calls = []
-    hook = handler.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
+    hook = handler.models.asr.assistant.register_forward_hook(lambda *args: calls.append(1))
     try:
         plain = handler({"inputs": b64(encode(audio)),
                          "parameters": {"long_form": "sequential", "assisted": False}})
@@ -237,10 +237,10 @@ def respond(handler, diarization, wav: bytes, **parameters) -> dict:
     the handler's Whisper)."""
     from speaker_asr.audio.decode import decode_audio
     from speaker_asr.config import InferenceConfig
-    from speaker_asr.pipeline import Pipeline
+    from speaker_asr.models import Models, PyannoteDiarizer
 
-    config = InferenceConfig.from_request(parameters, handler.capabilities)
-    return Pipeline(handler.asr, diarization)(decode_audio(wav), config).to_json()
+    config = InferenceConfig.from_request(parameters, handler.models.capabilities)
+    return Models(handler.models.asr, PyannoteDiarizer(diarization)).transcribe(decode_audio(wav), config).to_json()
 
 
 class _NoSpeech:
@@ -283,7 +283,7 @@ def test_handler_from_environment_without_diarization(tiny_models, speech_like_w
     monkeypatch.delenv("ASSISTANT_MODEL", raising=False)
     monkeypatch.delenv("WARMUP", raising=False)  # the default: on
     h = EndpointHandler("")
-    assert set(h.warmup) == {"plain"}  # warmed up: no assistant, no diarization
+    assert set(h.models.warm_up_seconds) == {"plain"}  # warmed up: no assistant, no diarization
     r = h({"inputs": b64(speech_like_wav)})
     assert_schema(r, diarized=False)
     assert r["language"] == "en" and r["alignment"] == "segment"
@@ -456,7 +456,7 @@ def test_concurrent_calls_run_one_at_a_time(handler, speech_like_wav, monkeypatc
     import time
 
     active, peak, lock = [0], [0], threading.Lock()
-    transcribe = handler.asr.transcribe
+    transcribe = handler.models.asr.transcribe
 
     def counted(*args, **kwargs):
         with lock:
@@ -469,7 +469,7 @@ def test_concurrent_calls_run_one_at_a_time(handler, speech_like_wav, monkeypatc
             with lock:
                 active[0] -= 1
 
-    monkeypatch.setattr(handler.asr, "transcribe", counted)
+    monkeypatch.setattr(handler.models.asr, "transcribe", counted)
     results = []
     threads = [threading.Thread(target=lambda: results.append(handler({"inputs": b64(speech_like_wav)})))
                for _ in range(3)]
@@ -545,15 +545,15 @@ def test_warm_up_runs_plain_assisted_and_diarization_unrecorded(warm_and_cold):
     assert diarizations[0]["seconds"] == WARM_UP_SECONDS
     # on the pipeline's worker thread, where requests diarize (GPU libraries set up per thread)
     assert diarizations[0]["thread"].startswith("diarization")
-    assert set(warm.warmup) == {"plain", "assisted", "diarization"}
-    assert all(s >= 0 for s in warm.warmup.values())
+    assert set(warm.models.warm_up_seconds) == {"plain", "assisted", "diarization"}
+    assert all(s >= 0 for s in warm.models.warm_up_seconds.values())
     # assisted="auto" starts from nothing: the warm-up's slow first decodes are not its timings
-    assert all(v["timings"] == 0 for v in warm.asr.assist_policy.snapshot().values())
+    assert all(v["timings"] == 0 for v in warm.models.asr.assist_policy.snapshot().values())
 
 
 def test_warmup_false_skips_the_warm_up(warm_and_cold):
     handlers, loads = warm_and_cold
-    assert loads[False] == [] and handlers[False].warmup is None
+    assert loads[False] == [] and handlers[False].models.warm_up_seconds is None
 
 
 def test_warm_up_changes_no_output(warm_and_cold, speech_like_wav):

@@ -31,7 +31,7 @@ def voices(handler, speech_like_wav):
 def test_speaker_embeddings_are_returned_per_label_as_unit_vectors(handler, voices):
     embeddings = voices["speaker_embeddings"]
     assert embeddings and set(embeddings) == {s["speaker"] for s in voices["speakers"]}
-    dim = handler.voices.dimension
+    dim = handler.models.diarizer.voices.dimension
     for label, v in embeddings.items():
         assert len(v) == dim
         assert math.sqrt(sum(x * x for x in v)) == pytest.approx(1.0, abs=1e-4)
@@ -72,7 +72,7 @@ def test_a_threshold_above_the_similarity_names_nobody_and_says_how_close_it_cam
 
 def test_reference_clips_are_embedded_once_per_clip(handler, speech_like_wav):
     clip = encode(tone(3.0, freq=300.0))
-    cache = handler.voices.cache
+    cache = handler.models.diarizer.voices.cache
     before = (cache.hits, cache.misses)
     for _ in range(3):
         r = call(handler, speech_like_wav, known_speaker_names=["Tone"], known_speaker_references=[b64(clip)])
@@ -143,7 +143,7 @@ def test_a_failing_embedding_model_keeps_the_transcript_and_the_speakers(handler
     def broken(audio, turns):
         raise RuntimeError("embedding model crashed")
 
-    monkeypatch.setattr(handler.voices, "centroids", broken)
+    monkeypatch.setattr(handler.models.diarizer.voices, "centroids", broken)
     r = call(handler, speech_like_wav, num_speakers=2, known_speaker_names=["Alice"],
              known_speaker_references=[b64(encode(tone(3.0)))], return_speaker_embeddings=True)
     assert r["speakers"] and all(s["speaker"].startswith("SPEAKER_") for s in r["speakers"])

@@ -1,4 +1,4 @@
-"""The request's steps (speaker_asr/pipeline.py) with models handed in: the handler's tiny random
+"""The request's steps (speaker_asr/pipeline.py, run by speaker_asr/models.py) with models handed in: the handler's tiny random
 ones, or stand-ins for the diarization's voice model; no patching."""
 
 import numpy as np
@@ -6,8 +6,8 @@ import numpy as np
 from helpers import tone
 
 from speaker_asr.config import InferenceConfig
-from speaker_asr.pipeline import (Pipeline, diarize_speakers, failure_warnings, heard_nobody,
-                                  is_silent)
+from speaker_asr.models import Models
+from speaker_asr.pipeline import diarize_speakers, failure_warnings, heard_nobody, is_silent
 from speaker_asr.types import Diarization, Transcript, Turn
 
 
@@ -26,24 +26,24 @@ class _BrokenVoices:
 
 def test_diarization_step_relabels_every_turn_and_voice(handler):
     audio = two_voices()
-    found = diarize_speakers(handler.diarization, handler.voices, audio, config(num_speakers=2), True)
+    found = diarize_speakers(handler.models.diarizer.pipeline, handler.models.diarizer.voices, audio, config(num_speakers=2), True)
     labels = {t.speaker for t in found.exclusive_turns}
     assert labels and all(label.startswith("SPEAKER_") for label in labels)
     assert {t.speaker for t in found.turns} >= labels
     assert set(found.voices) == labels and found.embedding_error is None and found.error is None
-    assert all(len(v) == handler.voices.dimension for v in found.voices.values() if v is not None)
-    assert diarize_speakers(handler.diarization, handler.voices, audio, config(num_speakers=2),
+    assert all(len(v) == handler.models.diarizer.voices.dimension for v in found.voices.values() if v is not None)
+    assert diarize_speakers(handler.models.diarizer.pipeline, handler.models.diarizer.voices, audio, config(num_speakers=2),
                             False).voices == {}
-    broken = diarize_speakers(handler.diarization, _BrokenVoices(), audio, config(num_speakers=2), True)
+    broken = diarize_speakers(handler.models.diarizer.pipeline, _BrokenVoices(), audio, config(num_speakers=2), True)
     assert broken.embedding_error == "RuntimeError" and broken.voices == {}
     assert broken.exclusive_turns == found.exclusive_turns
 
 
 def test_without_diarization_the_result_has_no_speakers(handler):
-    result = Pipeline(handler.asr)(two_voices(), config(return_word_timestamps=True))
+    result = Models(handler.models.asr).transcribe(two_voices(), config(return_word_timestamps=True))
     assert result.segments and not result.diarized and result.speaker_turns == []
     assert result.with_words and all(w.speaker is None for s in result.segments for w in s.words)
-    silent = Pipeline(handler.asr)(np.zeros(16000, np.float32), config())
+    silent = Models(handler.models.asr).transcribe(np.zeros(16000, np.float32), config())
     assert silent.text == "" and silent.segments == [] and silent.warnings == []
 
 

@@ -328,14 +328,14 @@ def test_the_transcript_is_the_same_with_a_progress_callback(handler, parameters
     report (sequential: one call, which says where each window starts), and the transcript is
     what it is without a callback (the ASR alone: the diarization's hook is pyannote's own)."""
     from speaker_asr.config import InferenceConfig
-    from speaker_asr.pipeline import Pipeline
+    from speaker_asr.models import Models
 
     config = InferenceConfig.from_request(parameters, None)
     sink = Collect()
-    asr_only = Pipeline(handler.asr)
+    asr_only = Models(handler.models.asr).transcribe
     result = asr_only(seventy_seconds(), config, progress=sink)
     done = [e.done for e in sink.of(ASR)]
-    if handler.asr.monitors_progress or "long_form" not in parameters:
+    if handler.models.asr.monitors_progress or "long_form" not in parameters:
         assert done == counted
     else:  # a transformers without generate's monitor_progress: the start and the end
         assert done == [0, 3]

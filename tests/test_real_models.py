@@ -182,11 +182,11 @@ def test_known_speakers_are_named_from_clips_of_another_part_and_a_stranger_name
                 pairs.append((talking.pop(), w["speaker"]))
     assert len(pairs) > 25 and sum(a == b for a, b in pairs) / len(pairs) >= 0.9, pairs
     # the same call again: the clips are not embedded again
-    before = tiny_en.voices.cache.misses
+    before = tiny_en.models.diarizer.voices.cache.misses
     tiny_en({"inputs": _wav_b64(audio[int(split * 16000):]), "parameters": {
         "known_speaker_names": names[:2],
         "known_speaker_references": [_wav_b64(clip("Sheila")), _wav_b64(clip("Diane"))]}})
-    assert tiny_en.voices.cache.misses == before
+    assert tiny_en.models.diarizer.voices.cache.misses == before
 
 
 def test_known_speaker_clips_that_cannot_serve_are_refused_with_real_embeddings(tiny_en):

@@ -1,7 +1,7 @@
 """Appended audio frames -> 16 kHz float32 mono, frame by frame, as the live route receives them.
 
 A Realtime client sends its audio in ``input_audio_buffer.append`` events, base64 bytes in the
-session's format (:class:`speaker_asr.live.events.AudioFormat`):
+session's format (:class:`speaker_asr.live.protocol.AudioFormat`):
 
 * ``audio/pcm``: 16-bit little-endian mono, at 24000 Hz (the protocol's rate) or 16000 Hz (our
   extension: Whisper's rate, taken as it is);
@@ -36,7 +36,7 @@ import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.errors import RequestError
-from speaker_asr.live.events import AUDIO_FORMAT_TYPES, G711_RATE, MAX_APPEND_BYTES, PCM_RATES
+from speaker_asr.live.protocol import AUDIO_FORMAT_TYPES, G711_RATE, MAX_APPEND_BYTES, PCM_RATES
 
 PCM_TYPE, MULAW_TYPE, ALAW_TYPE = AUDIO_FORMAT_TYPES
 
@@ -193,7 +193,7 @@ class FrameDecoder:
 
     @classmethod
     def for_format(cls, fmt) -> "FrameDecoder":
-        """From a session's :class:`speaker_asr.live.events.AudioFormat`."""
+        """From a session's :class:`speaker_asr.live.protocol.AudioFormat`."""
         return cls(fmt.type, fmt.sample_rate)
 
     def decode(self, audio: str) -> np.ndarray:

@@ -2,7 +2,7 @@
 audio kept for it, and the offline speakers' labels put onto the live session's.
 
 When the client ends a session (``speaker_asr.session.finish``) with ``final_transcript`` on,
-the file pipeline (ASR + diarization + attribution, :class:`speaker_asr.pipeline.Pipeline`) runs
+the file pipeline (ASR + diarization + attribution, :meth:`speaker_asr.models.Models.transcribe`) runs
 over the session's audio and its transcript goes out as one ``transcript.text.done`` event
 (speaker_asr/live/session.py). Two things make that possible:
 
@@ -16,16 +16,23 @@ over the session's audio and its transcript goes out as one ``transcript.text.do
   to one: the assignment with the largest total overlap, Hungarian), so the same person keeps
   the same name; a speaker only the offline pass found gets a label no live speaker had.
 
-Pure: numpy (scipy's assignment, imported when used), no torch.
+* :func:`run_final_pass`: the pass itself through the session's engine, stopped when the session
+  closes (:class:`FinalPassCancelled`).
+
+No I/O of its own: numpy (scipy's assignment, imported when used), no torch.
 """
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.config import InferenceConfig
+from speaker_asr.result import Result
 
 # (start, end, speaker) in seconds on the session's audio clock
 Span = tuple[float, float, Optional[str]]
@@ -157,3 +164,35 @@ def speaker_mapping(offline: Sequence[Span], live: Sequence[Span], offline_order
         mapping[s] = f"SPEAKER_{n:02d}"
         used.add(mapping[s])
     return {k: v for k, v in mapping.items() if k != v}
+
+
+class FinalPassCancelled(Exception):
+    """Raised in a running final pass (from its progress callback) once its session is closed:
+    the model thread stops working for a client that is gone."""
+
+
+async def run_final_pass(engine, kept: KeptAudio, config: InferenceConfig, closed: threading.Event,
+                         live_spans: Sequence[Span]) -> Result:
+    """The file pipeline over the kept audio (on the model thread, through ``engine.run``), on
+    the session's clock, a warning for what was not kept, its speakers named as the live session
+    named them (``live_spans``: the segments it sent). Stops at its next progress step once
+    ``closed`` is set."""
+    seconds, dropped = kept.seconds, kept.dropped / SAMPLE_RATE
+
+    def stop_if_closed(_progress=None) -> None:
+        if closed.is_set():
+            raise FinalPassCancelled("the live session was closed during its final pass")
+
+    def run() -> Result:
+        audio = kept.audio()
+        kept.clear()
+        stop_if_closed()
+        return engine.transcribe_session(audio, config, stop_if_closed)
+
+    result = (await engine.run(run)).shifted(kept.origin / SAMPLE_RATE)
+    if dropped:
+        result = replace(result, warnings=[*result.warnings, overflow_warning(seconds, dropped)])
+    keep = {k.speaker for k in result.known_speakers if k.speaker is not None}
+    mapping = speaker_mapping([(t.start, t.end, t.speaker) for t in result.speaker_turns],
+                              live_spans, result.speakers_in_order(), keep)
+    return result.renamed(mapping)

@@ -19,67 +19,43 @@ Turns
       at most, the silence heard).
 
 Bounds (each documented in docs/serving.md, "Live")
-    * An item is at most :data:`MAX_ITEM_S` (30 s: Whisper's window, what it sees at once). With
+    * An item is at most :data:`~speaker_asr.live.items.MAX_ITEM_S` (30 s: Whisper's window, what it sees at once). With
       server VAD an utterance that reaches it is committed there and a new item opens at once
       (``speech_stopped`` + ``committed`` + ``speech_started``, the same speech going on). With
       manual commits an append that would take the buffer past it is refused (an ``error``,
       code ``input_audio_buffer_full``) and its audio dropped: commit first.
     * Committed items wait for the model in a queue of at most :data:`MAX_PENDING_ITEMS`; while it
-      is full the session stops reading the client's messages (:meth:`LiveSession.room`), so
+      is full the session stops reading the client's messages (:meth:`LiveSession.wait_for_room`), so
       audio sent faster than the model transcribes it waits in the client's socket (TCP
       backpressure) instead of in this process's memory. A real-time client never meets this
       unless the model cannot keep up; its items are then late, never lost.
     * Frames: at most ``max_frame_bytes`` of base64 per append (``LIVE_MAX_FRAME_BYTES``), larger
       ones refused with an ``error``.
 
-Decoding (on the server's one model thread, :class:`LiveEngine`; never two model calls at once)
-    * While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
-      :data:`PARTIAL_INTERVAL_S` seconds of new audio (and after the model rested
-      :data:`PARTIAL_REST` times as long as the last partial took) and once in each pause of at
-      least :data:`PAUSE_DECODE_S`, skipped when the model is busy with anything else (another
-      session's item, a file request) or this session's previous partial. Partial decodes have
-      word times, as the final one: when the utterance ends, the last partial whose audio holds
-      all its speech (it began after the speech's last window; the pause's decode makes that
-      likely) is its final decode, so the text is ready when the VAD commits. Each decode feeds
+Decoding and speakers (docs/architecture.md, "A live session, in one pass", walks them)
+    * A growing item is decoded again as it grows (:mod:`.items`: when), on the model thread
+      through the engine (:mod:`.engine`), each decode feeding
       :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
-      ``delta`` events.
-    * At commit: the item's full decode (with word times where the model has alignment heads)
-      -> the last ``delta`` and ``completed`` at once. Then, with ``speaker_labels`` and a
-      diarization pipeline loaded, who speaks in it, on the diarization's own thread (beside
-      the next decodes, as a file request's diarization runs beside its ASR): the pipeline on
-      the item's audio finds its voices, the file route's attribution gives them its words,
-      and :meth:`~speaker_asr.live.speakers.OnlineSpeakers.assign_group` links each voice to
-      the session's speakers (two voices of one item never to one speaker) -> one ``segment``
-      event per speaker turn (``start``/``end`` on the audio clock). When the pipeline hears
-      nobody, the item's voice as a whole (the embedding model) decides one speaker. Items
-      complete in order.
+      ``delta`` events; at commit its final decode gives the last ``delta`` and ``completed``.
+    * With ``speaker_labels`` and a diarization loaded, its speakers are found on the
+      diarization thread, beside the next decodes, and given the session's labels
+      (:mod:`.labelling`) -> one ``segment`` event per speaker turn. Items complete in order.
     * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
       it (no internals; the traceback goes to the log); the session goes on. A failed partial
       decode is logged and skipped; a failure while finding speakers costs the item its
       segments only.
-
-Items as OpenAI announces them: ``conversation.item.added`` right after ``committed`` (its
-transcript null), ``conversation.item.done`` after the item's last transcription event (with the
-transcript; null when it failed).
-
-The end (``speaker_asr.session.finish``, :meth:`LiveSession._end`)
-    What the buffer holds is committed (with server VAD, an open utterance; the padding kept
-    while no one speaks is not an item), every committed item is finished (its last event, then
-    ``conversation.item.done``), then, with ``session.speaker_asr.final_transcript``, the final
-    pass: the file pipeline over the audio kept since it was turned on
-    (:class:`~speaker_asr.live.final_pass.KeptAudio`), on the model thread like every other
-    model call, with the session's language, prompt and speaker options; its speakers take the
-    live session's labels where they are the same people
-    (:func:`~speaker_asr.live.final_pass.speaker_mapping`), its times are on the session's
-    clock, and it goes out as one ``transcript.text.done`` (the shape of the file route's last
-    stream event, with ``segments``: :func:`speaker_asr.formats.openai_shapes.done_event`). A
-    failure of the pass: an ``error`` event (code ``final_transcript_failed``, no internals).
-    The route then closes the socket (1000). Client events after it get an ``error``.
+    * Items as OpenAI announces them: ``conversation.item.added`` right after ``committed`` (its
+      transcript null), ``conversation.item.done`` after the item's last transcription event.
+    * ``speaker_asr.session.finish`` (:meth:`LiveSession._end`): the buffer committed, every
+      item finished, then with ``final_transcript`` the final pass (the file pipeline over the
+      kept audio, its speakers in the live labels: :mod:`.final_pass`) as one
+      ``transcript.text.done``; a failure of it, an ``error`` (``final_transcript_failed``).
 
 Faults: a message that is not an event, bad base64, a bad frame or an unknown event get an
 ``error`` event and the session goes on. :meth:`LiveSession.close` (the client left, or the
 session ends) cancels what is pending: queued model calls are dropped before they run, a running
-final pass stops at its next progress step (it raises :class:`FinalPassCancelled`), nothing is
+final pass stops at its next progress step (it raises
+:class:`~speaker_asr.live.final_pass.FinalPassCancelled`), nothing is
 kept.
 
 What the session counts (:attr:`LiveSession.items`, the audio clock) and, with ``metrics``, each
@@ -93,7 +69,6 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
@@ -102,227 +77,33 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig, ModelCapabilities
 from speaker_asr.errors import RequestError
 from speaker_asr.formats.openai_shapes import done_event
-from speaker_asr.live.agreement import LocalAgreement
 from speaker_asr.live.audio_format import AudioFormatError, FrameDecoder
-from speaker_asr.live.events import (FINISH, SERVER_ERROR, Cleared, Committed, DurationUsage,
-                                     FailureDetail, InputAudioBufferAppend, InputAudioBufferClear,
-                                     InputAudioBufferCommit, ItemAdded, ItemDone, ProtocolError,
-                                     SegmentWord, SessionCreated, SessionFinish, SessionUpdate,
-                                     SessionUpdated, SpeechStarted, SpeechStopped, TranscriptDone,
-                                     TranscriptionCompleted, TranscriptionDelta, TranscriptionFailed,
-                                     TranscriptionSegment, TranscriptionSession, UserAudioItem,
-                                     commit_empty_error, new_id, parse_client_event)
-from speaker_asr.live.final_pass import KeptAudio, Span, overflow_warning, speaker_mapping
+from speaker_asr.live.engine import ItemSpeakers
+from speaker_asr.live.final_pass import KeptAudio, Span, run_final_pass
+from speaker_asr.live.items import MAX_ITEM_S, Item, partial_due
+from speaker_asr.live.labelling import segment_event, turns_by_diarization, turns_by_voice
+from speaker_asr.live.language import SessionLanguage
+from speaker_asr.live.protocol import (FINISH, SERVER_ERROR, Cleared, Committed, DurationUsage,
+                                       FailureDetail, InputAudioBufferAppend,
+                                       InputAudioBufferClear, InputAudioBufferCommit, ItemAdded,
+                                       ItemDone, ProtocolError, SessionCreated, SessionFinish,
+                                       SessionUpdate, SessionUpdated, SpeechStarted, SpeechStopped,
+                                       TranscriptDone, TranscriptionCompleted, TranscriptionDelta,
+                                       TranscriptionFailed, TranscriptionSegment,
+                                       TranscriptionSession, UserAudioItem, commit_empty_error,
+                                       new_id, parse_client_event)
+from speaker_asr.live.session_config import session_config
 from speaker_asr.live.speakers import OnlineSpeakers
 from speaker_asr.live.vad import TurnDetector
-from speaker_asr.result import Result, SpeakerTurn
-from speaker_asr.types import Transcript, Word
+from speaker_asr.models import Decoded
 
 logger = logging.getLogger("server")
 
-MAX_ITEM_S = 30.0  # Whisper's window: an item's most audio
 MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
-PARTIAL_INTERVAL_S = 1.0  # new audio between two partial decodes of a growing item
-PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decode the final may reuse
-# the model rests between two cadence partials at least this times as long as the last decode
-# took: a decode that ends an utterance then rarely waits behind one (pause decodes do not wait)
-PARTIAL_REST = 1.0
-# a multilingual model without a session language: each item's language is detected on the
-# speech heard so far with it (the last 30 s), and once that was this long the session keeps it,
-# as the file route detects one language per file on its first 30 s (detection on a second of
-# speech, or on ten, picked Welsh for an English meeting with Whisper base, which then looped)
-LANGUAGE_LOCK_S = 30.0
-# a decode makes at most this many tokens per second of audio (plus DECODE_MIN_TOKENS): speech
-# runs at 3-6 tokens a second, and a decode that loops on a wrong language or a hallucination
-# (Whisper repeats a phrase to its 448-token limit: 16 s on a CPU with base) stops there instead
-DECODE_TOKENS_PER_S = 15
-DECODE_MIN_TOKENS = 24
-MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
-DEFAULT_MATCH_THRESHOLD = 0.5  # speaker_match_threshold when neither the session nor SPEAKER_MATCH_THRESHOLD says
 DEFAULT_MAX_KEPT_S = 3600.0  # audio kept for a final pass when the route says nothing (LIVE_MAX_SESSION_S's default)
 # how a session ended, as the route counts it (speaker_asr/serving/metrics.py)
 FINISHED, FINAL_PASS_FAILED = "finished", "final_pass_failed"
-
-
-class FinalPassCancelled(Exception):
-    """Raised in a running final pass (from its progress callback) once its session is closed:
-    the model thread stops working for a client that is gone."""
-
-
-@dataclass
-class Decoded:
-    """A decode of an item's audio: its text and words (times from the item's start; words
-    without times when the model has no alignment heads)."""
-
-    text: str
-    words: list[Word]
-    transcript: Optional[Transcript] = None  # the ASR's own result (None from a stand-in engine)
-    tokens: Optional[list[int]] = None  # the tokens the model generated: the next decode's draft
-
-
-@dataclass
-class Voices:
-    """Who speaks in an item, as its own diarization found them: ``turns``, the item's words
-    attributed to them as the file route attributes them (the transcript's speaker turns, times
-    from the item's start; a turn's ``speaker`` is a label of this item only, or None where the
-    diarization heard nobody); per label, its ``voice`` (a unit vector, None when it had no
-    speech alone to embed) and ``seconds`` of speech alone."""
-
-    turns: list[SpeakerTurn]
-    voice: dict[str, Optional[list[float]]]
-    seconds: dict[str, float]
-
-
-class LiveEngine:
-    """The model side of the live sessions: every call runs on the server's model thread through
-    the runner (:class:`speaker_asr.serving.runner.ModelRunner`), one at a time with the file
-    requests. ``handler``: the loaded :class:`~speaker_asr.endpoint.EndpointHandler` (its
-    ``asr``, ``voices``, ``capabilities``, ``settings``)."""
-
-    def __init__(self, runner):
-        self.runner = runner
-
-    @property
-    def handler(self):
-        return self.runner.handler
-
-    @property
-    def capabilities(self):
-        return getattr(self.handler, "capabilities", None)
-
-    @property
-    def has_voices(self) -> bool:
-        return getattr(self.handler, "voices", None) is not None
-
-    @property
-    def model_name(self) -> Optional[str]:
-        settings = getattr(self.handler, "settings", None)
-        return getattr(settings, "asr_model", None)
-
-    @property
-    def match_threshold(self) -> float:
-        settings = getattr(self.handler, "settings", None)
-        value = getattr(settings, "speaker_match_threshold", None)
-        return float(value) if isinstance(value, (int, float)) else DEFAULT_MATCH_THRESHOLD
-
-    async def beside(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` on the diarization's thread (:meth:`speaker_asr.pipeline.Pipeline.beside`),
-        beside the model thread's decodes: an item's speakers are found while the next item is
-        decoded. Cancelled while queued: dropped before it runs."""
-        future = self.handler.pipeline.beside(fn)
-        try:
-            return await asyncio.shield(asyncio.wrap_future(future))
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-
-    def busy(self) -> bool:
-        waiting, running = self.runner.counts()
-        return waiting + running > 0
-
-    @property
-    def max_audio_seconds(self) -> Optional[float]:
-        """The file pipeline's limit on one recording (``MAX_AUDIO_SECONDS``): a final pass keeps
-        no more."""
-        settings = getattr(self.handler, "settings", None)
-        value = getattr(settings, "max_audio_seconds", None)
-        return float(value) if isinstance(value, (int, float)) else None
-
-    async def run(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
-        job = self.runner.submit(None, lambda data, progress=None: fn())
-        done = asyncio.wrap_future(job.future)
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            self.runner.drop(job)
-            # a call already running ends on its own; nobody reads its outcome now
-            done.add_done_callback(lambda f: f.cancelled() or f.exception())
-            raise
-
-    # -- on the model thread ----------------------------------------------------------------
-
-    def decode(self, audio: np.ndarray, config: InferenceConfig,
-               previous: Optional[Decoded] = None) -> Decoded:
-        """The audio's transcript, with word times where the model has alignment heads (speakers
-        are given by them; they cost a decode a few percent). ``previous``: a decode of the same
-        audio's beginning, whose tokens the model verifies as its draft
-        (speaker_asr/patches/draft_decoding.py: the same text in fewer decoder steps)."""
-        from speaker_asr.patches.draft_decoding import DraftTokens
-
-        asr = self.handler.asr
-        words_mode = bool(getattr(asr, "has_alignment_heads", False))
-        draft = DraftTokens(given=previous.tokens if previous is not None else None)
-        if draft.given:  # the previous decode drafts better than an assistant model could
-            config = config.model_copy(update={"assisted": False})
-        cap = DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * len(audio) / SAMPLE_RATE)
-        transcript = asr.transcribe(audio, config, word_timestamps=words_mode, record=False, draft=draft,
-                                    max_new_tokens=cap)
-        text = (transcript.text or "").strip()
-        words = [w for w in (transcript.words or []) if w.text.strip()]
-        if not words and text:  # no alignment heads: the words without times
-            words = [Word(" " + part, None, None) for part in text.split()]
-        return Decoded(text, words, transcript, draft.generated)
-
-    @property
-    def multilingual(self) -> bool:
-        return bool(getattr(self.handler.asr, "multilingual", False))
-
-    def language(self, audio: np.ndarray) -> Optional[str]:
-        """Whisper's language detection on the audio (its first 30 s)."""
-        return self.handler.asr.detect_language(audio)
-
-    def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
-        from speaker_asr.diarization.embeddings import embed_clip
-
-        return embed_clip(self.handler.voices.model, audio)
-
-    def voices(self, audio: np.ndarray, decoded: Decoded, config: InferenceConfig) -> Optional[Voices]:
-        """Who speaks in the item: the diarization pipeline on its audio (the file route's
-        :func:`~speaker_asr.pipeline.diarize_speakers`, with each speaker's voice) and its words
-        attributed to them by the file route's :func:`~speaker_asr.attribution.response.attribute`.
-        None when the diarization heard nobody or failed (the caller embeds the whole item)."""
-        from speaker_asr.attribution.response import attribute
-        from speaker_asr.attribution.turns import one_at_a_time
-        from speaker_asr.pipeline import diarize_speakers
-
-        if decoded.transcript is None or self.handler.diarization is None:
-            return None
-        found = diarize_speakers(self.handler.diarization, self.handler.voices, audio, config, with_voices=True)
-        if found.error is not None or found.embedding_error is not None or not found.turns:
-            return None
-        result = attribute(decoded.transcript, len(audio) / SAMPLE_RATE, found, with_words=True)
-        seconds: dict[str, float] = {}
-        for turn in one_at_a_time(found):
-            seconds[turn.speaker] = seconds.get(turn.speaker, 0.0) + max(0.0, turn.end - turn.start)
-        return Voices(result.speaker_turns, dict(found.voices), seconds)
-
-    def reference(self, index: int, name: str, ref) -> np.ndarray:
-        return self.handler.voices.reference(index, name, ref)
-
-    def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
-                           progress: Callable[[Any], None]) -> Result:
-        """The final pass: the file pipeline (:class:`speaker_asr.pipeline.Pipeline`: the ASR
-        beside the diarization, attribution, known speakers) over a session's kept audio, as
-        ``/v1/audio/transcriptions`` runs it. ``progress`` hears its steps (and stops it by
-        raising)."""
-        return self.handler.pipeline(audio, config, progress=progress)
-
-
-@dataclass
-class Item:
-    """A committed (or growing) utterance."""
-
-    id: str
-    start: int  # audio clock sample of its first sample
-    agreement: LocalAgreement = field(default_factory=LocalAgreement)
-    partial_at: int = 0  # samples it had at its last partial decode
-    paused_at: int = -1  # the speech end (clock sample) of the pause its last pause decode was for
-    speech_end: Optional[int] = None  # where its speech ended (server VAD's stop), once committed
-    timed: Optional[tuple[int, Decoded]] = None  # its last partial decode: (audio end, result)
-    previous_id: Optional[str] = None  # the item committed before it
-    language: Optional[str] = None  # detected for it (a multilingual model, no session language)
 
 
 class LiveSession:
@@ -345,7 +126,7 @@ class LiveSession:
         self.max_frame_chars = max_frame_chars
         self.session = TranscriptionSession.new(engine.model_name)
         self.decoder = FrameDecoder.for_format(self.session.format)
-        self.config = self._config(self.session)
+        self.config = session_config(self.session, self._capabilities())
         self.clock = 0  # samples appended since the session began (16 kHz)
         self.buffer = np.zeros(0, dtype=np.float32)
         self.buffer_start = 0  # clock sample of self.buffer[0]
@@ -362,8 +143,7 @@ class LiveSession:
         self._room.set()
         self._partial: Optional[asyncio.Task] = None
         self._decoded = (0.0, 0.0)  # the last partial decode: (monotonic time it ended, seconds)
-        self._language: Optional[str] = None  # the session's detected language, once kept
-        self._heard = np.zeros(0, dtype=np.float32)  # committed speech, the last 30 s, until then
+        self.language = SessionLanguage(engine.multilingual)
         self._worker: Optional[asyncio.Task] = None
         self.items = {"completed": 0, "failed": 0}  # items by how their transcription ended
         self._committed_at: dict[str, float] = {}  # item id -> when its commit was sent
@@ -401,11 +181,11 @@ class LiveSession:
 
     async def send(self, event) -> None:
         """Every server event goes out here; what the session counts of them is noted once it is
-        sent (:meth:`_note`)."""
+        sent (:meth:`_count_sent`)."""
         await self._send(event)
-        self._note(event)
+        self._count_sent(event)
 
-    def _note(self, event) -> None:
+    def _count_sent(self, event) -> None:
         """Commit times (each item's latency to its ``completed``), items by outcome, each
         item's transcript (for its ``conversation.item.done``) and, for a final pass, the
         segments with their speakers."""
@@ -421,7 +201,7 @@ class LiveSession:
         elif isinstance(event, TranscriptionSegment) and self.kept is not None:
             self.live_spans.append((event.start, event.end, event.speaker))
 
-    async def room(self) -> None:
+    async def wait_for_room(self) -> None:
         """Wait until the committed items' queue has room (see the module's docstring)."""
         await self._room.wait()
 
@@ -455,12 +235,7 @@ class LiveSession:
 
     async def _update(self, event: SessionUpdate) -> None:
         session = self.session.apply(event.session, event.event_id)
-        try:
-            config = self._config(session)
-        except RequestError as exc:
-            param = {"language": "session.audio.input.transcription.language",
-                     "prompt": "session.audio.input.transcription.prompt"}.get(exc.param or "", exc.param)
-            raise ProtocolError(str(exc), param=param, event_id=event.event_id) from None
+        config = session_config(session, self._capabilities(), event_id=event.event_id)
         options = session.speaker_asr
         known = self.known
         if "known_speaker_names" in _given(event.session.speaker_asr):
@@ -480,19 +255,19 @@ class LiveSession:
             self.decoder = FrameDecoder.for_format(session.format)
         vad_changed = session.turn_detection != self.session.turn_detection
         if config.language != self.config.language:
-            self._language = None
+            self.language.forget()
         self.session, self.config = session, config
-        self._keep(options.final_transcript)
+        self._keep_audio(options.final_transcript)
         if vad_changed:
             await self._setup_vad()
         await self.send(SessionUpdated(session=self.session))
 
-    def _keep(self, final_transcript: bool) -> None:
+    def _keep_audio(self, final_transcript: bool) -> None:
         """``final_transcript`` turned on: the audio is kept from here (at most ``max_kept_s`` and
         the engine's ``max_audio_seconds``); turned off: what was kept is dropped."""
         if final_transcript and self.kept is None:
             limit = self.max_kept_s
-            most = getattr(self.engine, "max_audio_seconds", None)
+            most = self.engine.max_audio_seconds
             if isinstance(most, (int, float)):
                 limit = min(limit, most)
             self.kept, self.live_spans = KeptAudio(self.clock, int(limit * SAMPLE_RATE)), []
@@ -502,34 +277,6 @@ class LiveSession:
     def _capabilities(self):
         caps = self.engine.capabilities
         return caps if caps is not None else ModelCapabilities()
-
-    def _config(self, session: TranscriptionSession) -> InferenceConfig:
-        t = session.audio.input.transcription
-        params: dict[str, Any] = {"assisted": False}
-        if t.language:
-            params["language"] = t.language
-        if t.prompt:
-            params["prompt"] = t.prompt
-        return InferenceConfig.from_request(params, self._capabilities())
-
-    def _final_config(self) -> InferenceConfig:
-        """The final pass's request, as the file API takes it: the session's language and
-        prompt, and its speaker options (``max_speakers``, the known speakers and their
-        threshold); the file route's defaults otherwise."""
-        t, options = self.session.audio.input.transcription, self.session.speaker_asr
-        params: dict[str, Any] = {}
-        if t.language:
-            params["language"] = t.language
-        if t.prompt:
-            params["prompt"] = t.prompt
-        if options.max_speakers is not None:
-            params["max_speakers"] = options.max_speakers
-        if options.known_speaker_names:
-            params["known_speaker_names"] = list(options.known_speaker_names)
-            params["known_speaker_references"] = list(options.known_speaker_references)
-        if options.speaker_match_threshold is not None:
-            params["speaker_match_threshold"] = options.speaker_match_threshold
-        return InferenceConfig.from_request(params, self._capabilities())
 
     async def _known(self, options, event_id: Optional[str]) -> dict[str, np.ndarray]:
         names, refs = options.known_speaker_names, options.known_speaker_references
@@ -649,8 +396,7 @@ class LiveSession:
             return
         self._trim(end)
         self.item = None
-        if self._detects_language():
-            self._heard = np.concatenate([self._heard, audio])[-int(MAX_ITEM_S * SAMPLE_RATE):]
+        self.language.heard(audio, self.config.language)
         item.previous_id = self.previous_item_id
         await self.send(Committed(item_id=item.id, previous_item_id=item.previous_id))
         await self.send(ItemAdded(previous_item_id=item.previous_id, item=UserAudioItem.of(item.id)))
@@ -675,24 +421,14 @@ class LiveSession:
     # -- decoding ----------------------------------------------------------------------------
 
     def _maybe_partial(self, item: Item) -> None:
-        """A partial decode of the growing item, when the model is free: once in each pause of at
-        least :data:`PAUSE_DECODE_S`, else one every :data:`PARTIAL_INTERVAL_S` of new audio. Each
-        is timed (word times, as the final decode) and kept: when the utterance ends, a partial
-        whose audio holds all its speech (it began after the speech's last window) *is* its final
-        decode, so the text is ready when the VAD commits; the pause's decode makes that likely."""
-        grown = self.clock - item.start
-        if grown < MIN_PARTIAL_S * SAMPLE_RATE:
-            return
+        """A partial decode of the growing item when the model is free and one is due
+        (:func:`~speaker_asr.live.items.partial_due`); it is timed (word times, as the final
+        decode) and kept, as the final decode when it heard all the speech."""
         if (self._partial is not None and not self._partial.done()) or self.engine.busy():
             return
         pause = self.detector.pause(self.clock) if self.detector is not None else 0
-        speech_end = self.clock - pause
-        if pause >= PAUSE_DECODE_S * SAMPLE_RATE and item.paused_at != speech_end:
-            item.paused_at = speech_end
-        elif grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE \
-                or time.monotonic() - self._decoded[0] < PARTIAL_REST * self._decoded[1]:
+        if not partial_due(item, self.clock, pause, time.monotonic(), self._decoded):
             return
-        item.partial_at = grown
         audio = self._audio(max(item.start, self.clock - int(MAX_ITEM_S * SAMPLE_RATE)), self.clock).copy()
         self._partial = asyncio.ensure_future(self._run_partial(item, audio, self.clock))
 
@@ -700,7 +436,7 @@ class LiveSession:
         """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
         whole = end - len(audio) == item.start  # the item from its start (not its last 30 s)
         # a decode of the whole item is the draft of this one
-        previous = item.timed[1] if item.timed is not None and whole else None
+        previous = item.last_partial[1] if item.last_partial is not None and whole else None
         started = time.monotonic()
         try:
             config = await self._item_config(item, audio)
@@ -714,34 +450,24 @@ class LiveSession:
             ended = time.monotonic()
             self._decoded = (ended, ended - started)
         if whole:  # the final may use it
-            item.timed = (end, decoded)
+            item.last_partial = (end, decoded)
         if self.item is not item:  # committed meanwhile: its final decode closes it
             return
         delta = item.agreement.update(decoded.words)
         if delta:
             await self.send(TranscriptionDelta(item_id=item.id, delta=delta.text))
 
-    def _detects_language(self) -> bool:
-        """Whether items still get their language detected: a multilingual model, no session
-        language and none kept yet (:data:`LANGUAGE_LOCK_S`)."""
-        return (not self.config.language and self._language is None
-                and getattr(self.engine, "multilingual", False))
-
     async def _item_config(self, item: Item, audio: np.ndarray) -> InferenceConfig:
         """The session's config, with the item's language where the session gives none and the
-        model is multilingual (:data:`LANGUAGE_LOCK_S`): detected at the item's first decode, the
-        same for all its decodes."""
-        if self.config.language or not getattr(self.engine, "multilingual", False):
-            return self.config
+        model is multilingual (:mod:`speaker_asr.live.language`): detected at the item's first
+        decode, the same for all its decodes."""
         if item.language is None:
-            if not self._detects_language():
-                item.language = self._language
-            else:
-                heard = np.concatenate([self._heard, audio])[-int(MAX_ITEM_S * SAMPLE_RATE):]
-                item.language = await self.engine.run(lambda: self.engine.language(heard))
-                if item.language and len(heard) >= LANGUAGE_LOCK_S * SAMPLE_RATE:
-                    self._language, self._heard = item.language, np.zeros(0, dtype=np.float32)
-        return self.config.model_copy(update={"language": item.language}) if item.language else self.config
+            item.language = await self.language.for_item(
+                audio, self.config.language,
+                lambda heard: self.engine.run(lambda: self.engine.language(heard)))
+        if not item.language or item.language == self.config.language:
+            return self.config
+        return self.config.model_copy(update={"language": item.language})
 
     async def _work(self) -> None:
         """Committed items, in order: final decode, voice -> delta, completed, segment."""
@@ -774,10 +500,9 @@ class LiveSession:
         seconds = len(audio) / SAMPLE_RATE
         try:
             config = await self._item_config(item, audio)
-            if item.timed is not None and item.speech_end is not None and item.timed[0] >= item.speech_end:
-                decoded = item.timed[1]  # decoded after its last speech: all of it
-            else:
-                previous = item.timed[1] if item.timed is not None else None
+            decoded = item.final_decode()  # a partial decoded after its last speech: all of it
+            if decoded is None:
+                previous = item.last_partial[1] if item.last_partial is not None else None
                 decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
         except asyncio.CancelledError:
             raise
@@ -799,42 +524,36 @@ class LiveSession:
 
     async def _speakers_of(self, item: Item, audio: np.ndarray, decoded: Decoded, transcript: str,
                            options) -> list[TranscriptionSegment]:
-        """The item's segment events: its own diarization's speakers (:meth:`LiveEngine.voices`)
-        given the session's labels by their voices (:meth:`OnlineSpeakers.assign_group`), one
-        event per speaker turn; when the diarization heard nobody, the whole item's voice decides
-        one speaker (a stretch too short to be decided by voice takes the previous speaker; the
-        session's first one is embedded all the same: someone must open the first label). A
-        model error here costs the item its segments only (logged): its text is out already."""
+        """The item's segment events: its own diarization's speakers
+        (:meth:`~speaker_asr.live.engine.LiveEngine.speakers`) in the session's labels
+        (:func:`~speaker_asr.live.labelling.turns_by_diarization`), or, when it heard nobody, the
+        whole item's voice (:func:`~speaker_asr.live.labelling.turns_by_voice`); one event per
+        speaker turn. A model error here costs the item its segments only (logged): its text is
+        out already."""
         config, seconds = self.config, len(audio) / SAMPLE_RATE
         speakers = self._speakers(options)
         try:
-            found: Optional[Voices] = await self.engine.beside(lambda: self.engine.voices(audio, decoded, config))
+            found: Optional[ItemSpeakers] = await self.engine.on_diarization_thread(
+                lambda: self.engine.speakers(audio, decoded, config))
             if found is None:
                 embed = speakers.needs_embedding(seconds) or not speakers.labels
-                embedding = await self.engine.beside(lambda: self.engine.embed(audio)) if embed else None
+                embedding = await self.engine.on_diarization_thread(lambda: self.engine.embed(audio)) \
+                    if embed else None
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("live speakers of %s failed", item.id)
             return []
         if found is None:
-            duration = seconds if speakers.labels else max(seconds, speakers.min_duration_s)
-            speaker = speakers.assign(embedding, duration).speaker
-            if speaker is None:  # no voice vector before anyone was heard
-                return []
-            turns = [SpeakerTurn(speaker, transcript, 0.0, seconds, list(decoded.words))]
+            turns = turns_by_voice(speakers, embedding, seconds, transcript, decoded.words)
         else:
-            labels = [label for label in found.seconds if found.seconds[label] > 0] or list(found.voice)
-            chosen = speakers.assign_group([(found.voice.get(label), found.seconds.get(label, 0.0))
-                                            for label in labels])
-            names = {label: a.speaker for label, a in zip(labels, chosen)}
-            lead = max(labels, key=lambda label: found.seconds.get(label, 0.0), default=None)
-            fallback = names.get(lead) or speakers.previous
-            turns = [replace(t, speaker=names.get(t.speaker) or fallback) for t in found.turns if t.text]
-            if any(t.speaker is None for t in turns):
-                return []
-            turns = _merged(turns)
-        return [self._segment(item, turn, seconds, options) for turn in turns]
+            turns = turns_by_diarization(speakers, found)
+        events = []
+        for turn in turns:
+            events.append(segment_event(item.id, self.segments, item.start / SAMPLE_RATE, seconds, turn,
+                                        options.return_word_timestamps))
+            self.segments += 1
+        return events
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -850,7 +569,8 @@ class LiveSession:
         if kept is None:
             return FINISHED
         try:
-            result = await self._final_pass(kept)
+            config = session_config(self.session, self._capabilities(), final_pass=True)
+            result = await run_final_pass(self.engine, kept, config, self._closed, self.live_spans)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -862,66 +582,10 @@ class LiveSession:
         await self.send(TranscriptDone(**done_event(result, segments=True)))
         return FINISHED
 
-    async def _final_pass(self, kept: KeptAudio) -> Result:
-        """The file pipeline over the kept audio (on the model thread), on the session's clock,
-        its speakers named as the live session named them."""
-        config = self._final_config()
-        seconds, dropped = kept.seconds, kept.dropped / SAMPLE_RATE
-        closed = self._closed
-
-        def stop_if_closed(_progress=None) -> None:
-            if closed.is_set():
-                raise FinalPassCancelled("the live session was closed during its final pass")
-
-        def run() -> Result:
-            audio = kept.audio()
-            kept.clear()
-            stop_if_closed()
-            return self.engine.transcribe_session(audio, config, stop_if_closed)
-
-        result = (await self.engine.run(run)).shifted(kept.origin / SAMPLE_RATE)
-        if dropped:
-            result = replace(result, warnings=[*result.warnings, overflow_warning(seconds, dropped)])
-        keep = {k.speaker for k in result.known_speakers if k.speaker is not None}
-        mapping = speaker_mapping([(t.start, t.end, t.speaker) for t in result.speaker_turns],
-                                  self.live_spans, result.speakers_in_order(), keep)
-        return result.renamed(mapping)
-
     def _speakers(self, options) -> OnlineSpeakers:
         if self.speakers is None:
             self.speakers = OnlineSpeakers(self._threshold(options), options.max_speakers, known=self.known)
         return self.speakers
-
-    def _segment(self, item: Item, turn: SpeakerTurn, seconds: float, options) -> TranscriptionSegment:
-        origin = item.start / SAMPLE_RATE
-
-        def at(t: float) -> float:  # word times clipped to the item's audio (a model may overshoot)
-            return round(origin + min(max(0.0, t), seconds), 3)
-
-        timed = [w for w in turn.words if w.start is not None and w.end is not None]
-        start = at(timed[0].start) if timed else at(turn.start)
-        end = at(timed[-1].end) if timed else at(turn.end)
-        words = None
-        if options.return_word_timestamps:
-            words = [SegmentWord(word=w.text.strip(), start=at(w.start), end=at(w.end)) for w in timed]
-        self.segments += 1
-        return TranscriptionSegment(item_id=item.id, id=f"seg_{self.segments - 1}", start=start,
-                                    end=max(start, end), text=turn.text.strip(), speaker=turn.speaker,
-                                    words=words)
-
-
-def _merged(turns: list[SpeakerTurn]) -> list[SpeakerTurn]:
-    """Consecutive turns that got one session speaker joined (two of the item's own speakers
-    may turn out to be one)."""
-    out: list[SpeakerTurn] = []
-    for t in turns:
-        if out and out[-1].speaker == t.speaker:
-            last = out[-1]
-            out[-1] = SpeakerTurn(t.speaker, (last.text + " " + t.text.strip()).strip(), last.start,
-                                  max(last.end, t.end), last.words + t.words)
-        else:
-            out.append(t)
-    return out
 
 
 def _ms(sample: int) -> int:

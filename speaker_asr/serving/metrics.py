@@ -165,7 +165,8 @@ class RunnerCollector(Collector):
         if runner.load_seconds is not None:
             yield GaugeMetricFamily("asr_model_load_seconds", "Seconds the model took to load.",
                                     value=round(runner.load_seconds, 3))
-        report = getattr(runner.handler, "patch_report", None)
+        models = runner.models
+        report = models.patch_report if models is not None else None
         if report:
             patches = GaugeMetricFamily(
                 "asr_patch_applied",
@@ -174,14 +175,13 @@ class RunnerCollector(Collector):
             for r in report:
                 patches.add_metric([r.target, r.name, str(r.changes_output).lower()], 1 if r.applied else 0)
             yield patches
-        asr = getattr(runner.handler, "asr", None)
-        policy = getattr(asr, "assist_policy", None)
-        if policy is not None and getattr(asr, "assistant", None) is not None:
+        assist = models.assist_speeds() if models is not None else {}
+        if assist:
             speeds = GaugeMetricFamily(
                 "asr_auto_decode_seconds_per_audio_second",
                 "Median decode time per second of one-window audio, by mode, that assisted='auto' "
                 "chooses from.", labels=["mode"])
-            for mode, v in policy.snapshot().items():
-                if v["median_s_per_audio_s"] is not None:
-                    speeds.add_metric([mode], v["median_s_per_audio_s"])
+            for mode, median in assist.items():
+                if median is not None:
+                    speeds.add_metric([mode], median)
             yield speeds

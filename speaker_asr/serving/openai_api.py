@@ -50,6 +50,7 @@ from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_F
                                                Options, error_object, model_list, render, sse,
                                                stream_events)
 from speaker_asr.formats._common import first_temperature
+from speaker_asr.models import Models
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.serving.logging_setup import scrub
 from speaker_asr.serving.negotiation import (HttpError, Upload, header_media_type, list_key,
@@ -386,12 +387,12 @@ def model_name(setting: str) -> tuple[str, str]:
     return scrub(value), scrub(owner)
 
 
-def model_cards(handler: Any, created: int) -> list[ModelCard]:
-    """What the handler loaded: the ASR model first (the one transcriptions name), then the
-    assistant and the diarization pipeline."""
-    settings = getattr(handler, "settings", None)
-    if settings is None:
+def model_cards(models: Optional[Models], created: int) -> list[ModelCard]:
+    """What is loaded: the ASR model first (the one transcriptions name), then the assistant and
+    the diarization pipeline (none for a handler without models)."""
+    if models is None:
         return []
+    settings = models.settings
     cards: list[ModelCard] = []
     for setting in (settings.asr_model, settings.assistant_model, settings.diarization_model):
         if setting:
@@ -491,7 +492,7 @@ class OpenAIRoutes:
         if not self.runner.ready:
             return []
         created = int(self.runner.loaded_at or time.time())
-        return model_cards(self.runner.handler, created)
+        return model_cards(self.runner.models, created)
 
     def served_model(self) -> Optional[str]:
         cards = self.cards()

@@ -41,8 +41,9 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.live.events import ProtocolError
-from speaker_asr.live.session import LiveEngine, LiveSession
+from speaker_asr.live.protocol import ProtocolError
+from speaker_asr.live.engine import LiveEngine
+from speaker_asr.live.session import LiveSession
 
 logger = logging.getLogger("server")
 access_logger = logging.getLogger("server.access")
@@ -159,6 +160,9 @@ class RealtimeRoute:
             status, body, _ = self.runner.status()
             return ("model_not_ready", body.get("reason", "the model is not ready"), TRY_AGAIN_LATER,
                     "server_error")
+        unavailable = self.engine.unavailable()
+        if unavailable is not None:
+            return "model_not_ready", unavailable, TRY_AGAIN_LATER, "server_error"
         if self.open >= self.max_sessions:
             return ("session_limit_reached",
                     f"This server is at its limit of {self.max_sessions} live session"
@@ -176,7 +180,7 @@ class RealtimeRoute:
                 ending = session.ending
                 if ending is None:  # a finishing session is not cut at the deadline
                     try:
-                        await asyncio.wait_for(session.room(), max(0.0, deadline - time.monotonic()))
+                        await asyncio.wait_for(session.wait_for_room(), max(0.0, deadline - time.monotonic()))
                     except asyncio.TimeoutError:
                         return await self._expire(websocket, session)
                 if receiving is None:

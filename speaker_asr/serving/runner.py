@@ -20,12 +20,12 @@ import concurrent.futures
 import contextvars
 import logging
 import math
-import queue
 import threading
 import time
 from typing import Any, Callable, Optional
 
 from speaker_asr.config import DEFAULT_MAX_QUEUE
+from speaker_asr.models import Models, ModelThread
 from speaker_asr.progress import Progress, RequestProgress, takes_progress
 from speaker_asr.serving.logging_setup import _request_id, scrub
 
@@ -170,7 +170,11 @@ class DisconnectWatch:
 
 class ModelRunner:
     """Owns the handler. It loads once in the background, then runs one call at a time on a
-    single daemon worker thread (model calls are not re-entrant), so the event loop stays free."""
+    :class:`~speaker_asr.models.ModelThread`, so the event loop stays free and the requests keep
+    their order. (What keeps two model calls apart is the models' own lock,
+    :attr:`speaker_asr.models.Models.lock`; the thread is for the queue.) :attr:`models`: the
+    handler's :class:`~speaker_asr.models.Models` (its ``models``), None for a handler that is
+    a plain function (a test's stand-in)."""
 
     def __init__(self, factory: Callable[[], Callable[[dict], Any]], max_queue: int = DEFAULT_MAX_QUEUE):
         self.factory = factory
@@ -178,12 +182,12 @@ class ModelRunner:
         self.state = "loading"  # loading | ready | failed
         self.reason: Optional[str] = None
         self.handler: Optional[Callable[[dict], Any]] = None
+        self.models: Optional[Models] = None
         self.reports_progress = False  # the handler takes ``progress=`` (its jobs' calls too)
         self.load_started = time.monotonic()
         self.load_seconds: Optional[float] = None
         self.loaded_at: Optional[float] = None  # wall clock (time.time()) when loading finished
-        self._jobs: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._thread: Optional[threading.Thread] = None
+        self._thread = ModelThread()
         self._lock = threading.Lock()
         self.admitted = 0  # tickets held: requests reading, parsing or waiting, not yet running
         self.waiting = 0  # submitted, not started: the queue depth
@@ -197,29 +201,20 @@ class ModelRunner:
         return self.state == "ready"
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._thread.started:
             return
         # a daemon thread: a shutdown during a long download or transcription does not hang
-        self._thread = threading.Thread(target=self._work, name="model-worker", daemon=True)
         self._thread.start()
         self.load_started = time.monotonic()
-        self._jobs.put(self._load)
+        self._thread.put(self._load)
 
     def stop(self) -> None:
-        self._jobs.put(None)
+        self._thread.stop()
 
     def counts(self) -> tuple[int, int]:
         """(requests waiting for the model, requests running)."""
         with self._lock:
             return self.waiting, self.running
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            job()
-            del job  # a finished job's data must not live on in this frame until the next one
 
     def _load(self) -> None:
         try:
@@ -231,6 +226,8 @@ class ModelRunner:
                          self.reason, exc_info=True)
             return
         self.handler = handler
+        models = getattr(handler, "models", None)  # the handler's public models layer, if any
+        self.models = models if isinstance(models, Models) else None
         self.reports_progress = takes_progress(handler)
         self.load_seconds = time.monotonic() - self.load_started
         self.loaded_at = time.time()
@@ -240,16 +237,8 @@ class ModelRunner:
     def status(self) -> tuple[int, dict[str, Any], dict[str, str]]:
         """(status code, body, headers) for a health check."""
         if self.state == "ready":
-            body: dict[str, Any] = {"status": "ok"}
-            report = getattr(self.handler, "patch_report", None)
-            if report:  # which library internals this server changed, and why the others not
-                body["patches"] = [r.as_dict() for r in report]
-            settings = getattr(self.handler, "diarization_settings", None)
-            if settings:  # the recipe's computation, or the opt-in coarse one past some length
-                body["diarization"] = settings
-            quantization = getattr(self.handler, "quantization", None)
-            if quantization:  # QUANTIZATION=int8: the form chosen for this CPU, and why
-                body["quantization"] = quantization
+            # the patches, the diarization settings in force, the int8 form (Models.health)
+            body: dict[str, Any] = {"status": "ok", **(self.models.health() if self.models else {})}
             return 200, body, {}
         if self.state == "loading":
             elapsed = time.monotonic() - self.load_started
@@ -261,14 +250,13 @@ class ModelRunner:
         """Refuse invalid parameters (RequestError) before the request queues: a typo in
         ``language`` is answered at once instead of after the transcriptions ahead of it. The
         check is the handler's own first step (``InferenceConfig.from_request`` against the loaded
-        models' capabilities), so the two cannot disagree; a handler without ``capabilities``
-        validates for itself."""
-        capabilities = getattr(self.handler, "capabilities", None)
-        if capabilities is None or not isinstance(data, dict):
+        models' capabilities), so the two cannot disagree; a handler without models validates
+        for itself."""
+        if self.models is None or not isinstance(data, dict):
             return
         from speaker_asr.config import InferenceConfig
 
-        InferenceConfig.from_request(data.get("parameters"), capabilities)
+        InferenceConfig.from_request(data.get("parameters"), self.models.capabilities)
 
     # ----------------------------------------------------------------------------- the queue
 
@@ -303,7 +291,7 @@ class ModelRunner:
         job = ModelCall(self, data, call or self.handler, ticket)
         with self._lock:
             self.waiting += 1
-        self._jobs.put(job)
+        self._thread.put(job)
         return job
 
     def drop(self, job: ModelCall) -> bool:

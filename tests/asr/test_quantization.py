@@ -120,8 +120,8 @@ def test_int8_endpoint_answers_with_speakers_and_times(tiny_models):
     handler = EndpointHandler(settings=tiny_settings(tiny_models, quantization="int8"))
     # the form this CPU runs fastest, named with its reason
     native = native_bfloat16_math()[0]
-    assert handler.asr.quantization["path"] == ("bf16" if native else "dynamic")
-    assert handler.asr.quantization["reason"]
+    assert handler.models.asr.quantization["path"] == ("bf16" if native else "dynamic")
+    assert handler.models.asr.quantization["reason"]
     audio = np.concatenate([tone(3.0, freq=f) for f in (180.0, 320.0)])
     r = handler({"inputs": encode(audio), "parameters": {"language": "en", "num_speakers": 2}})
     assert r["text"].strip() and r["alignment"] == "word" and abs(r["duration"] - 6.0) < 0.01

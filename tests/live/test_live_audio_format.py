@@ -13,7 +13,7 @@ from scipy.signal import resample_poly
 from speaker_asr.errors import RequestError
 from speaker_asr.live.audio_format import (ALAW, MULAW, AudioFormatError, FrameDecoder, StreamResampler,
                                            frame_bytes, samples)
-from speaker_asr.live.events import MAX_APPEND_BYTES, AudioFormat, ProtocolError
+from speaker_asr.live.protocol import MAX_APPEND_BYTES, AudioFormat, ProtocolError
 
 
 def b64(raw: bytes) -> str:

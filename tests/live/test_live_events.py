@@ -1,4 +1,4 @@
-"""The Realtime (GA) transcription events (speaker_asr/live/events.py) from hand-made messages:
+"""The Realtime (GA) transcription events (speaker_asr/live/protocol/) from hand-made messages:
 client events parsed or refused with OpenAI's error object, the session changed by
 session.update, and every server event read back by the official SDK's own types."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from speaker_asr.formats.openai_shapes import done_event
 
-from speaker_asr.live.events import (CLIENT_EVENT_TYPES, Cleared, Committed, DurationUsage, ErrorEvent,
+from speaker_asr.live.protocol import (CLIENT_EVENT_TYPES, Cleared, Committed, DurationUsage, ErrorEvent,
                                      FailureDetail, InputAudioBufferAppend, InputAudioBufferClear,
                                      InputAudioBufferCommit, ItemAdded, ItemDone, ProtocolError,
                                      SegmentWord, SessionCreated, SessionFinish, SessionUpdate,
@@ -412,7 +412,7 @@ def test_error_events_are_plain_server_events():
 
 
 def test_the_live_package_imports_no_torch():
-    code = ("import sys; import speaker_asr.live.events, speaker_asr.live.audio_format, "
+    code = ("import sys; import speaker_asr.live.protocol, speaker_asr.live.audio_format, "
             "speaker_asr.live.agreement, speaker_asr.live.speakers, speaker_asr.live.final_pass; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -12,7 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from speaker_asr.live.session import MAX_ITEM_S, LiveSession
+from speaker_asr.live.items import MAX_ITEM_S
+from speaker_asr.live.session import LiveSession
 from speaker_asr.live.vad import WINDOW, TurnDetector, TurnEvent
 from speaker_asr.types import Word
 
@@ -20,29 +21,36 @@ SR = 16_000
 
 
 class FakeEngine:
+    """The methods of speaker_asr.live.engine.LiveEngine, without models."""
+
     model_name = "fake-whisper"
     capabilities = None
     has_voices = True
     match_threshold = 0.5
+    multilingual = False
+    max_audio_seconds = None
 
     def __init__(self, fail: bool = False, voices=None):
         self.calls = 0
         self.decodes = []  # (samples, the previous decode given as its draft) of every decode
         self.languages = []  # the config's language at every decode
         self.fail = fail
-        self.found = voices  # audio -> Voices (the item's own diarization), or None: nobody found
+        self.found = voices  # audio -> ItemSpeakers (the item's own diarization), or None: nobody found
 
     def busy(self) -> bool:
         return False
+
+    def unavailable(self):
+        return None
 
     async def run(self, fn):
         self.calls += 1
         return fn()
 
-    beside = run
+    on_diarization_thread = run
 
     def decode(self, audio, config, previous=None):
-        from speaker_asr.live.session import Decoded
+        from speaker_asr.models import Decoded
 
         self.decodes.append((len(audio), previous))
         self.languages.append(config.language)
@@ -56,7 +64,7 @@ class FakeEngine:
         loud = float(np.abs(audio).mean() > 0.2)
         return np.array([1.0 - loud, loud])
 
-    def voices(self, audio, decoded, config):
+    def speakers(self, audio, decoded, config):
         return self.found(audio, decoded) if self.found is not None else None
 
 
@@ -110,7 +118,7 @@ def run_session(messages, engine=None, vad=True, transcription=None):
         await session.handle(json.dumps({"type": "session.update", "session": {
             "type": "transcription", "audio": {"input": {**fmt, **td, **given}}}}))
         for m in messages:
-            await session.room()
+            await session.wait_for_room()
             await session.handle(m)
             await asyncio.sleep(0)
         await session.drain()
@@ -185,7 +193,7 @@ def test_an_item_with_two_voices_gets_a_segment_per_voice():
     """The item's own diarization found two voices (the fake: the first half of the words one,
     the rest another): two segment events, each with its words' text and times, and the labels
     come back for the same voices in the next item."""
-    from speaker_asr.live.session import Voices
+    from speaker_asr.live.engine import ItemSpeakers
     from speaker_asr.result import SpeakerTurn
 
     def found(audio, decoded):
@@ -193,7 +201,7 @@ def test_an_item_with_two_voices_gets_a_segment_per_voice():
         first, second = decoded.words[:half], decoded.words[half:]
         turns = [SpeakerTurn("L1", "".join(w.text for w in first), first[0].start, first[-1].end, first),
                  SpeakerTurn("L2", "".join(w.text for w in second), second[0].start, second[-1].end, second)]
-        return Voices(turns, {"L1": [1.0, 0.0], "L2": [0.0, 1.0]}, {"L1": 1.5, "L2": 1.5})
+        return ItemSpeakers(turns, {"L1": [1.0, 0.0], "L2": [0.0, 1.0]}, {"L1": 1.5, "L2": 1.5})
 
     audio = np.concatenate([silence(0.5), speech(3.0), silence(1.0), speech(3.0), silence(1.0)])
     sent = run_session(frames(audio), engine=FakeEngine(voices=found))
@@ -418,7 +426,7 @@ def test_a_failed_item_is_done_with_a_null_transcript():
 def test_a_client_that_leaves_stops_the_final_pass_on_the_model_thread():
     import threading
 
-    from speaker_asr.live.session import FinalPassCancelled
+    from speaker_asr.live.final_pass import FinalPassCancelled
 
     started, stopped = threading.Event(), threading.Event()
 
@@ -523,7 +531,7 @@ def test_the_route_expires_a_session_and_counts_it():
 def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
     import threading
 
-    from speaker_asr.live.session import FinalPassCancelled
+    from speaker_asr.live.final_pass import FinalPassCancelled
 
     started, stopped = threading.Event(), threading.Event()
 
@@ -580,9 +588,9 @@ class MultilingualEngine(FakeEngine):
 
 
 def test_without_a_session_language_one_is_detected_on_the_speech_heard_and_then_kept(monkeypatch):
-    from speaker_asr.live import session as live_session
+    from speaker_asr.live import language
 
-    monkeypatch.setattr(live_session, "LANGUAGE_LOCK_S", 10.0)  # 30 s in production
+    monkeypatch.setattr(language, "LANGUAGE_LOCK_S", 10.0)  # 30 s in production
     engine = MultilingualEngine()
     turns = [np.concatenate([speech(seconds), silence(1.0)]) for seconds in (2.0, 3.0, 3.0, 4.0, 2.0)]
     sent = run_session(frames(np.concatenate([silence(0.3), *turns])), engine=engine)
@@ -604,21 +612,28 @@ def test_a_session_language_is_never_detected():
 
 def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     """A decode that loops (a wrong language, a hallucination) stops near the audio's length in
-    tokens instead of Whisper's 448: 2 s of audio, 54 tokens at most."""
+    tokens instead of Whisper's 448: 2 s of audio, 54 tokens at most. The engine reaches the ASR
+    through the models layer (speaker_asr/models.py), under its lock."""
     import types
 
-    from speaker_asr.live.session import LiveEngine
+    from speaker_asr.config import ModelCapabilities
+    from speaker_asr.live.engine import LiveEngine
+    from speaker_asr.models import Models
     from speaker_asr.types import Transcript
 
     calls = []
 
     def transcribe(audio, config, **kwargs):
+        assert models.lock.locked()  # one ASR call at a time, whoever calls
         calls.append(kwargs)
         return Transcript(text=" hello", chunks=[], language="en", words=[Word(" hello", 0.0, 0.5)])
 
-    asr = types.SimpleNamespace(has_alignment_heads=True, transcribe=transcribe)
-    engine = LiveEngine(types.SimpleNamespace(handler=types.SimpleNamespace(asr=asr)))
-    decoded = engine.decode(np.zeros(2 * SR, np.float32), None)
+    asr = types.SimpleNamespace(has_alignment_heads=True, transcribe=transcribe,
+                                capabilities=lambda has_diarization: ModelCapabilities())
+    models = Models(asr)
+    engine = LiveEngine(types.SimpleNamespace(models=models))
+    config = None
+    decoded = engine.decode(np.zeros(2 * SR, np.float32), config)
     assert decoded.text == "hello" and calls[0]["max_new_tokens"] == 54
-    engine.decode(np.zeros(20 * SR, np.float32), None, decoded)
+    engine.decode(np.zeros(20 * SR, np.float32), config, decoded)
     assert calls[1]["max_new_tokens"] == 324 and calls[1]["draft"].given is None  # no tokens kept

@@ -77,8 +77,8 @@ def test_diarization_patches_are_reported_and_switch_off(tiny_models):
 def test_the_handler_reports_every_patch(handler):
     from speaker_asr.patches.registry import PATCHES, describe
 
-    assert [(r.target, r.name) for r in handler.patch_report] == [(p.target, p.name) for p in PATCHES]
-    line = describe(handler.patch_report)
+    assert [(r.target, r.name) for r in handler.models.patch_report] == [(p.target, p.name) for p in PATCHES]
+    line = describe(handler.models.patch_report)
     assert "whisper.chunk_windows: " in line and "diarization.cpu_embedding_batch: applied" in line
 
 

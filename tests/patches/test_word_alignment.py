@@ -191,9 +191,9 @@ def test_large_v3_shaped_models_through_the_handler(large_v3_shaped, tiny_models
     handler = EndpointHandler(settings=tiny_settings(
         tiny_models, asr_model=str(large_v3_shaped["whisper"]),
         assistant_model=str(large_v3_shaped["assistant"])))
-    report = {r.name: r for r in handler.asr.patch_report if r.target == "whisper"}
+    report = {r.name: r for r in handler.models.asr.patch_report if r.target == "whisper"}
     assert report["alignment_heads_only"].applied
-    assert handler.asr.model.config.num_mel_bins == 128
+    assert handler.models.asr.model.config.num_mel_bins == 128
     long_audio = b64(encode(_speech_like(45.0)))
     short_audio = b64(encode(_speech_like(8.0)))
     for audio, params in ((long_audio, {"long_form": "chunked", "batch_size": 2}),

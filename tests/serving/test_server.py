@@ -551,11 +551,11 @@ def test_health_is_not_ok_until_the_warm_up_ends(tiny_models, monkeypatch):
     answers 503 (loading) all that time, 200 after, and the warm-up's decodes left no timings
     for assisted='auto'."""
     from speaker_asr.endpoint import EndpointHandler
-    from speaker_asr.pipeline import Pipeline
+    from speaker_asr.models import Models
 
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
     reached, release, done = threading.Event(), threading.Event(), threading.Event()
-    warm_up = Pipeline.warm_up
+    warm_up = Models.warm_up
 
     def held(self, *args, **kwargs):
         reached.set()
@@ -565,7 +565,7 @@ def test_health_is_not_ok_until_the_warm_up_ends(tiny_models, monkeypatch):
         finally:
             done.set()
 
-    monkeypatch.setattr(Pipeline, "warm_up", held)
+    monkeypatch.setattr(Models, "warm_up", held)
     with inprocess_server(lambda: EndpointHandler(settings=tiny_settings(tiny_models, warmup=True))
                           ) as (url, app):
         assert reached.wait(240), "the handler never reached its warm-up"
@@ -577,8 +577,8 @@ def test_health_is_not_ok_until_the_warm_up_ends(tiny_models, monkeypatch):
         wait_until(lambda: HTTP.get(url + "/health").status_code == 200, timeout=120)
         assert done.is_set()
         handler = app.state.runner.handler
-        assert set(handler.warmup) == {"plain", "assisted", "diarization"}
-        assert all(v["timings"] == 0 for v in handler.asr.assist_policy.snapshot().values())
+        assert set(handler.models.warm_up_seconds) == {"plain", "assisted", "diarization"}
+        assert all(v["timings"] == 0 for v in handler.models.asr.assist_policy.snapshot().values())
 
 
 def test_audio_sniffing():

@@ -1,0 +1,172 @@
+"""The live sessions' way to the models: :class:`LiveEngine` puts each model call of a session onto
+the server's model thread (through the runner's queue, one at a time with the file requests) or
+onto the diarization thread (an item's speakers, beside the next decodes), and awaits it. What
+each call does is :class:`speaker_asr.models.Models`' (the one models layer); this module only
+adds the sessions' limits on a decode and the item's speakers in the session's terms.
+
+A session (:class:`~speaker_asr.live.session.LiveSession`) takes any object with this class's
+methods; the tests hand it a stand-in that decodes by the audio's length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from speaker_asr.attribution.response import attribute
+from speaker_asr.attribution.turns import one_at_a_time
+from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.config import InferenceConfig, ModelCapabilities
+from speaker_asr.models import Decoded, Models
+from speaker_asr.result import Result, SpeakerTurn
+
+# a decode makes at most this many tokens per second of audio (plus DECODE_MIN_TOKENS): speech
+# runs at 3-6 tokens a second, and a decode that loops on a wrong language or a hallucination
+# (Whisper repeats a phrase to its 448-token limit: 16 s on a CPU with base) stops there instead
+DECODE_TOKENS_PER_S = 15
+DECODE_MIN_TOKENS = 24
+
+
+def decode_token_limit(samples: int) -> int:
+    """The most tokens a live decode of ``samples`` of audio makes."""
+    return DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * samples / SAMPLE_RATE)
+
+
+@dataclass
+class ItemSpeakers:
+    """Who speaks in an item, as its own diarization found them: ``turns``, the item's words
+    attributed to them as the file route attributes them (the transcript's speaker turns, times
+    from the item's start; a turn's ``speaker`` is a label of this item only, or None where the
+    diarization heard nobody); per label, its ``voice`` (a unit vector, None when it had no
+    speech alone to embed) and ``seconds`` of speech alone."""
+
+    turns: list[SpeakerTurn]
+    voice: dict[str, Optional[list[float]]]
+    seconds: dict[str, float]
+
+
+class LiveEngine:
+    """The model side of the live sessions over the server's runner
+    (:class:`speaker_asr.serving.runner.ModelRunner`) and the models it loaded
+    (:attr:`~speaker_asr.serving.runner.ModelRunner.models`)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+
+    @property
+    def models(self) -> Models:
+        models = self.runner.models
+        if models is None:
+            raise RuntimeError("the server's handler has no models for live sessions")
+        return models
+
+    def unavailable(self) -> Optional[str]:
+        """Why no live session can start on this server (None: one can)."""
+        if self.runner.models is None:
+            return "this server's handler has no models layer (speaker_asr.models.Models): live " \
+                   "sessions need one"
+        return None
+
+    # -- what is loaded -------------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self.models.capabilities
+
+    @property
+    def has_voices(self) -> bool:
+        return self.models.has_voices
+
+    @property
+    def model_name(self) -> str:
+        return self.models.model_name
+
+    @property
+    def match_threshold(self) -> float:
+        """``SPEAKER_MATCH_THRESHOLD``: a session that sets none takes the server's."""
+        return self.models.settings.speaker_match_threshold
+
+    @property
+    def max_audio_seconds(self) -> Optional[float]:
+        """The file pipeline's limit on one recording (``MAX_AUDIO_SECONDS``): a final pass keeps
+        no more."""
+        return self.models.settings.max_audio_seconds
+
+    @property
+    def multilingual(self) -> bool:
+        return self.models.multilingual
+
+    def busy(self) -> bool:
+        """Whether the model thread has a call running or waiting."""
+        waiting, running = self.runner.counts()
+        return waiting + running > 0
+
+    # -- where a call runs ----------------------------------------------------------------------
+
+    async def run(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
+        job = self.runner.submit(None, lambda data, progress=None: fn())
+        done = asyncio.wrap_future(job.future)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            self.runner.drop(job)
+            # a call already running ends on its own; nobody reads its outcome now
+            done.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+
+    async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the diarization thread, beside the model thread's decodes: an item's
+        speakers are found while the next item is decoded. Cancelled while queued: dropped."""
+        future = self.models.on_diarization_thread(fn)
+        try:
+            return await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
+    # -- the calls (run through run() or on_diarization_thread()) -------------------------------
+
+    def decode(self, audio: np.ndarray, config: InferenceConfig,
+               previous: Optional[Decoded] = None) -> Decoded:
+        """The audio's transcript, with word times where the model has alignment heads (speakers
+        are given by them). ``previous``: a decode of the same audio's beginning, whose tokens
+        the model verifies as its draft. At most :func:`decode_token_limit` tokens."""
+        return self.models.decode(audio, config, draft=previous.tokens if previous is not None else None,
+                                  max_new_tokens=decode_token_limit(len(audio)))
+
+    def language(self, audio: np.ndarray) -> Optional[str]:
+        """Whisper's language detection on the audio (its first 30 s)."""
+        return self.models.detect_language(audio)
+
+    def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
+        return self.models.embed(audio)
+
+    def reference(self, index: int, name: str, clip) -> np.ndarray:
+        return self.models.reference(index, name, clip)
+
+    def speakers(self, audio: np.ndarray, decoded: Decoded, config: InferenceConfig) -> Optional[ItemSpeakers]:
+        """Who speaks in the item: the diarization on its audio (with each speaker's voice) and
+        its words attributed to them by the file route's
+        :func:`~speaker_asr.attribution.response.attribute`. None when the diarization heard
+        nobody or failed (the caller embeds the whole item)."""
+        if decoded.transcript is None or self.models.diarizer is None:
+            return None
+        found = self.models.diarize(audio, config, with_voices=True)
+        if found.error is not None or found.embedding_error is not None or not found.turns:
+            return None
+        result = attribute(decoded.transcript, len(audio) / SAMPLE_RATE, found, with_words=True)
+        seconds: dict[str, float] = {}
+        for turn in one_at_a_time(found):
+            seconds[turn.speaker] = seconds.get(turn.speaker, 0.0) + max(0.0, turn.end - turn.start)
+        return ItemSpeakers(result.speaker_turns, dict(found.voices), seconds)
+
+    def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
+                           progress: Callable[[Any], None]) -> Result:
+        """The final pass: the file pipeline (:meth:`speaker_asr.models.Models.transcribe`) over
+        a session's kept audio, as ``/v1/audio/transcriptions`` runs it. ``progress`` hears its
+        steps (and stops it by raising)."""
+        return self.models.transcribe(audio, config, progress=progress)

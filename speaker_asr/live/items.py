@@ -1,0 +1,69 @@
+"""A live session's items (its utterances) and when a growing one is decoded before its commit.
+No I/O: :func:`partial_due` is told the clock, the pause the turn detector hears and when the
+last partial decode ended; the session starts the decode.
+
+While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
+:data:`PARTIAL_INTERVAL_S` seconds of new audio (once the model rested :data:`PARTIAL_REST` times
+as long as the last partial took) and once in each pause of at least :data:`PAUSE_DECODE_S`. When
+the utterance ends, the last partial whose audio holds all its speech (it began after the
+speech's last window; the pause's decode makes that likely) is its final decode, so the text is
+ready when the VAD commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.live.agreement import LocalAgreement
+from speaker_asr.models import Decoded
+
+MAX_ITEM_S = 30.0  # Whisper's window: an item's most audio
+PARTIAL_INTERVAL_S = 1.0  # new audio between two partial decodes of a growing item
+PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decode the final may reuse
+# the model rests between two cadence partials at least this times as long as the last decode
+# took: a decode that ends an utterance then rarely waits behind one (pause decodes do not wait)
+PARTIAL_REST = 1.0
+MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
+
+
+@dataclass
+class Item:
+    """A committed (or growing) utterance."""
+
+    id: str
+    start: int  # audio clock sample of its first sample
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    partial_at: int = 0  # samples it had at its last partial decode
+    paused_at: int = -1  # the speech end (clock sample) of the pause its last pause decode was for
+    speech_end: Optional[int] = None  # where its speech ended (server VAD's stop), once committed
+    last_partial: Optional[tuple[int, Decoded]] = None  # its last whole partial decode: (audio end, it)
+    previous_id: Optional[str] = None  # the item committed before it
+    language: Optional[str] = None  # detected for it (a multilingual model, no session language)
+
+    def final_decode(self) -> Optional[Decoded]:
+        """Its last partial decode when that heard all its speech (it ended after the speech's
+        end): the final decode then, with no decode at commit."""
+        if self.last_partial is not None and self.speech_end is not None \
+                and self.last_partial[0] >= self.speech_end:
+            return self.last_partial[1]
+        return None
+
+
+def partial_due(item: Item, clock: int, pause: int, now: float, last_decode: tuple[float, float]) -> bool:
+    """Whether the growing ``item`` gets a partial decode at clock sample ``clock`` (the caller
+    checked that the model is free): ``pause`` is the silence heard since its speech's last
+    window (samples), ``last_decode`` the last partial's (monotonic end time, seconds it took).
+    When due, the item notes it (its ``partial_at``, and its ``paused_at`` for a pause's decode)."""
+    grown = clock - item.start
+    if grown < MIN_PARTIAL_S * SAMPLE_RATE:
+        return False
+    speech_end = clock - pause
+    if pause >= PAUSE_DECODE_S * SAMPLE_RATE and item.paused_at != speech_end:
+        item.paused_at = speech_end
+    elif grown - item.partial_at < PARTIAL_INTERVAL_S * SAMPLE_RATE \
+            or now - last_decode[0] < PARTIAL_REST * last_decode[1]:
+        return False
+    item.partial_at = grown
+    return True
