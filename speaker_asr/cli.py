@@ -428,7 +428,7 @@ def transcribe(args: argparse.Namespace) -> int:
     try:
         engine.load()
         if isinstance(engine, LocalEngine):  # how far the request has got, on stderr
-            from speaker_asr.progress import progress_for
+            from speaker_asr.batch.display import progress_for
 
             display = progress_for(1, files=False)
             engine.watch = display.recording
@@ -509,7 +509,7 @@ def transcribe_many(args: argparse.Namespace) -> int:
     import time
 
     from speaker_asr import batch
-    from speaker_asr.progress import progress_for
+    from speaker_asr.batch.display import progress_for
 
     started = time.monotonic()
     try:

@@ -526,7 +526,7 @@ def _result(tmp_path, status, **kw) -> batch.FileResult:
 
 
 def test_progress_lines(tmp_path):
-    from speaker_asr.progress import LineProgress, progress_for
+    from speaker_asr.batch.display import LineProgress, progress_for
 
     stream = io.StringIO()
     progress = progress_for(2, stream)
@@ -543,7 +543,7 @@ def test_progress_lines(tmp_path):
 
 
 def test_progress_bar_on_a_terminal(tmp_path):
-    from speaker_asr.progress import BarProgress, progress_for
+    from speaker_asr.batch.display import BarProgress, progress_for
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -563,7 +563,7 @@ def test_progress_bar_on_a_terminal(tmp_path):
 def test_both_displays_keep_the_same_account(tmp_path):
     """The line display and the bar count the same recordings and audio (one bookkeeping); each
     prints its own: every outcome as a line, or only failures and warnings above the bar."""
-    from speaker_asr.progress import BarProgress, LineProgress
+    from speaker_asr.batch.display import BarProgress, LineProgress
 
     results = [_result(tmp_path, "skipped"), _result(tmp_path, "done", duration=30.0, seconds=2.0),
                _result(tmp_path, "failed", error="could not decode"), _result(tmp_path, "not_attempted"),

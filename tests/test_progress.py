@@ -16,9 +16,10 @@ import pytest
 
 from helpers import GOLDEN, b64, encode, tone
 
-from speaker_asr import progress as progress_module
+from speaker_asr.batch import display
+from speaker_asr.batch.display import progress_for
 from speaker_asr.progress import (ASR, DIARIZATION, WINDOWS, AsrWindows, DiarizationHook, Progress,
-                                  RequestProgress, progress_for, takes_progress)
+                                  RequestProgress, takes_progress)
 
 
 def asr(done: int, total: int) -> Progress:
@@ -230,7 +231,7 @@ def test_without_a_terminal_a_long_recording_prints_a_line_per_interval(monkeypa
     from speaker_asr import cli
 
     monkeypatch.setattr("speaker_asr.endpoint.EndpointHandler", ReportingHandler)
-    monkeypatch.setattr(progress_module, "LINE_INTERVAL_S", 0.5)
+    monkeypatch.setattr(display, "LINE_INTERVAL_S", 0.5)
     monkeypatch.setattr(ReportingHandler, "pause", 0.6)
     audio = tmp_path / "long talk.flac"
     audio.write_bytes(b"fLaC not really")  # the stand-in does not decode
