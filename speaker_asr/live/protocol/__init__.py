@@ -69,7 +69,6 @@ and validation errors in OpenAI's words), :mod:`.session` (the session's configu
 :mod:`.server` (server events).
 """
 
-
 from __future__ import annotations
 
 from speaker_asr.live.protocol.vocabulary import (ALLOWED_FORMATS, AUDIO_FORMAT_TYPES,
@@ -78,8 +77,8 @@ from speaker_asr.live.protocol.vocabulary import (ALLOWED_FORMATS, AUDIO_FORMAT_
                                                   INVALID_REQUEST, MAX_APPEND_BYTES, MAX_VAD_MS,
                                                   NOT_AVAILABLE, PCM_RATE, PCM_RATES, SERVER_ERROR,
                                                   new_id)
-from speaker_asr.live.protocol.errors import (InvalidField, ProtocolError, json_type,
-                                              protocol_error)
+from speaker_asr.live.protocol.errors import (ErrorEvent, InvalidField, ProtocolError, RealtimeError,
+                                              ServerEventBase, json_type, protocol_error)
 from speaker_asr.live.protocol.session import (Audio, AudioFormat, AudioInput, AudioInputUpdate,
                                                AudioUpdate, NoiseReductionUpdate, ServerVad,
                                                ServerVadUpdate, SessionConfigUpdate,
@@ -88,16 +87,16 @@ from speaker_asr.live.protocol.session import (Audio, AudioFormat, AudioInput, A
 from speaker_asr.live.protocol.client import (ClientEvent, InputAudioBufferAppend,
                                               InputAudioBufferClear, InputAudioBufferCommit,
                                               SessionFinish, SessionUpdate, parse_client_event)
-from speaker_asr.live.protocol.server import (Cleared, Committed, DurationUsage, ErrorEvent,
-                                              FailureDetail, InputAudioContent, ItemAdded,
-                                              ItemDone, RealtimeError, SegmentWord, ServerEvent,
+from speaker_asr.live.protocol.server import (Cleared, Committed, DurationUsage, FailureDetail,
+                                              InputAudioContent, ItemAdded, ItemDone, SegmentWord,
+                                              ServerEvent,
                                               SessionCreated, SessionUpdated, SpeechStarted,
                                               SpeechStopped, TranscriptDone,
                                               TranscriptionCompleted, TranscriptionDelta,
                                               TranscriptionFailed, TranscriptionSegment,
                                               UserAudioItem, commit_empty_error, server_error)
 
-__all__ = ["ALLOWED_FORMATS", "AUDIO_FORMAT_TYPES", "BETA_EVENT_TYPES", "CLIENT_EVENT_TYPES",
+__all__ = ["ServerEventBase", "ALLOWED_FORMATS", "AUDIO_FORMAT_TYPES", "BETA_EVENT_TYPES", "CLIENT_EVENT_TYPES",
            "CONVERSATION_EVENT_TYPES", "FINISH", "G711_RATE", "INVALID_REQUEST", "MAX_APPEND_BYTES",
            "MAX_VAD_MS", "NOT_AVAILABLE", "PCM_RATE", "PCM_RATES", "SERVER_ERROR", "new_id",
            "InvalidField", "ProtocolError", "json_type", "protocol_error", "Audio", "AudioFormat",

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import difflib
 import typing
-from typing import Any, Optional
+import json
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from speaker_asr.errors import RequestError
-from speaker_asr.live.protocol.vocabulary import INVALID_REQUEST, NOT_AVAILABLE
+from speaker_asr.live.protocol.vocabulary import INVALID_REQUEST, NOT_AVAILABLE, new_id
 
 
 class ProtocolError(Exception):
@@ -28,9 +29,7 @@ class ProtocolError(Exception):
         :class:`speaker_asr.live.audio_format.AudioFormatError`) as an error event's fields."""
         return cls(str(error), param=error.param, code=error.code or "invalid_value", event_id=event_id)
 
-    def event(self) -> "ErrorEvent":  # noqa: F821 (the server events import this module)
-        from speaker_asr.live.protocol.server import ErrorEvent, RealtimeError
-
+    def event(self) -> "ErrorEvent":
         return ErrorEvent(error=RealtimeError(type=self.type, code=self.code, message=self.message,
                                               param=self.param, event_id=self.event_id))
 
@@ -140,3 +139,33 @@ def protocol_error(exc: ValidationError, root: type[BaseModel], prefix: tuple,
                          "invalid_value", event_id)
 
 
+# -- the error event ----------------------------------------------------------------------------
+
+class ServerEventBase(BaseModel):
+    """Every server event has a fresh ``event_id``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    event_id: str = Field(default_factory=lambda: new_id("event"))
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_text(self) -> str:
+        """The WebSocket message."""
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
+
+
+class RealtimeError(BaseModel):
+    """OpenAI's error object: ``event_id`` is the client event's that caused it, if any."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    code: Optional[str] = None
+    message: str
+    param: Optional[str] = None
+    event_id: Optional[str] = None
+
+
+class ErrorEvent(ServerEventBase):
+    type: Literal["error"] = "error"
+    error: RealtimeError

@@ -2,47 +2,32 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, model_serializer
 
-from speaker_asr.live.protocol.errors import ProtocolError
+from speaker_asr.live.protocol.errors import ErrorEvent, ProtocolError, ServerEventBase
 from speaker_asr.live.protocol.session import TranscriptionSession, without_none
-from speaker_asr.live.protocol.vocabulary import SERVER_ERROR, new_id
+from speaker_asr.live.protocol.vocabulary import SERVER_ERROR
 
 
 # -- server events -------------------------------------------------------------------------------
 
-class _ServerEvent(BaseModel):
-    """Every server event has a fresh ``event_id``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    event_id: str = Field(default_factory=lambda: new_id("event"))
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-    def to_text(self) -> str:
-        """The WebSocket message."""
-        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
-
-
-class SessionCreated(_ServerEvent):
+class SessionCreated(ServerEventBase):
     """The first server event, with the session's defaults."""
 
     type: Literal["session.created"] = "session.created"
     session: TranscriptionSession
 
 
-class SessionUpdated(_ServerEvent):
+class SessionUpdated(ServerEventBase):
     """The answer to a ``session.update``: the full, effective configuration."""
 
     type: Literal["session.updated"] = "session.updated"
     session: TranscriptionSession
 
 
-class SpeechStarted(_ServerEvent):
+class SpeechStarted(ServerEventBase):
     """Server VAD heard speech begin. ``audio_start_ms``: on the session's audio clock (all
     audio appended since the session began), including ``prefix_padding_ms``; ``item_id``: the
     item the utterance will be committed as."""
@@ -52,13 +37,13 @@ class SpeechStarted(_ServerEvent):
     item_id: str
 
 
-class SpeechStopped(_ServerEvent):
+class SpeechStopped(ServerEventBase):
     type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
     audio_end_ms: int
     item_id: str
 
 
-class Committed(_ServerEvent):
+class Committed(ServerEventBase):
     """The buffer became an item (by the VAD or the client's commit); ``previous_item_id``: the
     item committed before it (null for the first), always written."""
 
@@ -67,11 +52,11 @@ class Committed(_ServerEvent):
     previous_item_id: Optional[str] = None
 
 
-class Cleared(_ServerEvent):
+class Cleared(ServerEventBase):
     type: Literal["input_audio_buffer.cleared"] = "input_audio_buffer.cleared"
 
 
-class _ItemTranscriptionEvent(_ServerEvent):
+class _ItemTranscriptionEvent(ServerEventBase):
     """An event about one item's transcription (delta, completed, failed, segment): the item and
     its one content part."""
 
@@ -176,7 +161,7 @@ class UserAudioItem(BaseModel):
         return cls(id=item_id, content=[InputAudioContent(transcript=transcript)])
 
 
-class ItemAdded(_ServerEvent):
+class ItemAdded(ServerEventBase):
     """Right after ``input_audio_buffer.committed``: the item, its transcript null."""
 
     type: Literal["conversation.item.added"] = "conversation.item.added"
@@ -184,7 +169,7 @@ class ItemAdded(_ServerEvent):
     item: UserAudioItem
 
 
-class ItemDone(_ServerEvent):
+class ItemDone(ServerEventBase):
     """After the item's last transcription event: the item with its transcript (null when the
     transcription failed)."""
 
@@ -193,7 +178,7 @@ class ItemDone(_ServerEvent):
     item: UserAudioItem
 
 
-class TranscriptDone(_ServerEvent):
+class TranscriptDone(ServerEventBase):
     """The final pass (``final_transcript``), sent once before the close: what
     :func:`speaker_asr.formats.openai_shapes.done_event` writes from the file pipeline's
     result -- ``text``, ``segments`` (diarized_json's: ``id``, ``start``, ``end`` on the session's
@@ -203,22 +188,6 @@ class TranscriptDone(_ServerEvent):
     model_config = ConfigDict(extra="allow", frozen=True)
     type: Literal["transcript.text.done"] = "transcript.text.done"
     text: str
-
-
-class RealtimeError(BaseModel):
-    """OpenAI's error object: ``event_id`` is the client event's that caused it, if any."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: str
-    code: Optional[str] = None
-    message: str
-    param: Optional[str] = None
-    event_id: Optional[str] = None
-
-
-class ErrorEvent(_ServerEvent):
-    type: Literal["error"] = "error"
-    error: RealtimeError
 
 
 ServerEvent = Union[SessionCreated, SessionUpdated, SpeechStarted, SpeechStopped, Committed, Cleared,
