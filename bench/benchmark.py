@@ -96,7 +96,7 @@ def worker_handler(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
     from speaker_asr import endpoint as handler_mod, pipeline as steps_mod
     from speaker_asr.endpoint import EndpointHandler
 

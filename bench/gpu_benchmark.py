@@ -557,7 +557,7 @@ class EndpointRig:
 
     def handler(self, name: str):
         if name not in self.handlers:
-            from speaker_asr.config import ModelSettings
+            from speaker_asr.settings import ModelSettings
             from speaker_asr.endpoint import EndpointHandler
 
             assistant, diarization = self.LAYOUT[name]

@@ -61,8 +61,8 @@ import numpy as np
 
 import common
 
-sys.path.insert(0, str(common.ROOT / "eval"))
-from metrics import HypToken, RefToken, normalize_text, normalize_word, ratio, wder_counts, wer_counts  # noqa: E402
+from speaker_asr.testing.scoring import (HypToken, RefToken, normalize_text, normalize_word, ratio,
+                                         wder_counts, wer_counts)
 
 MEETINGS = common.ROOT.parent / "shared" / "real-meetings"
 SEGMENT = "conversation.item.input_audio_transcription.segment"

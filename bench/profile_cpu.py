@@ -53,7 +53,7 @@ def load(model: str, threads: int):
     import torch
 
     torch.set_num_threads(threads)
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
     from speaker_asr.endpoint import EndpointHandler
 
     # the stock transformers code paths: each fix is measured as a variant against them
@@ -326,7 +326,7 @@ def section_asr(h, model, audio, ref, args) -> dict:
         encoder_keeps_sdpa(q2)
         variants["int8 + encoder sdpa + masks cached"] = run_with(q2, masks=True)
     if "bf16" in args.asr_variants:
-        from speaker_asr.config import ModelSettings
+        from speaker_asr.settings import ModelSettings
 
         bf = WhisperTranscriber(ModelSettings(asr_model=str(MODELS[model]["hf"]), torch_dtype="bfloat16",
                                               device="cpu", diarization_model="",

@@ -54,7 +54,8 @@ def worker(args) -> dict:
     from common import peak_rss_mb, reset_peak_rss, rss_mb
     from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
     from speaker_asr.audio.decode import SAMPLE_RATE
-    from speaker_asr.config import InferenceConfig, ModelSettings
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.settings import ModelSettings
     from speaker_asr.patches import registry
 
     import contextlib

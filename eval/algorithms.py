@@ -3,7 +3,7 @@
 Each takes the ASR result as plain data -- Whisper's segments ``chunks`` and words ``words`` as
 ``(text, start, end)`` (times may be None) -- plus the diarization as :class:`Diar` (its regular
 turns, which may overlap, and its exclusive turns, one speaker at a time) and the audio duration,
-and returns :class:`metrics.HypToken` s covering *every* token of the ASR output, in ASR order,
+and returns :class:`speaker_asr.testing.scoring.HypToken` s covering *every* token of the ASR output, in ASR order,
 each with the speaker the algorithm gave it, or ``dropped=True`` when the algorithm's output
 leaves it out.
 
@@ -49,7 +49,7 @@ import numpy as np
 from speaker_asr.attribution import speakers as attribution
 from speaker_asr.attribution.speakers import SpeakerIndex, resolve_times
 from speaker_asr.types import Turn, Word
-from metrics import HypToken, normalize_word
+from speaker_asr.testing.scoring import HypToken, normalize_word
 
 Span = tuple[str, Optional[float], Optional[float]]
 ROOT = Path(__file__).resolve().parent.parent

@@ -41,7 +41,7 @@ import numpy as np
 import soundfile as sf
 
 from speaker_asr.audio.decode import SAMPLE_RATE, decode_audio, resample
-from metrics import aligned_pairs, normalize_text, normalize_word
+from speaker_asr.testing.scoring import aligned_pairs, normalize_text, normalize_word
 
 GENERATOR_VERSION = "3"
 PIECES_VERSION = "1"

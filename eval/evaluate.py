@@ -35,7 +35,7 @@ from algorithms import Diar, endpoint, label, runners  # noqa: E402
 from data import MEETINGS_DIR, EvalFile, build_dataset, load_meetings, read_wav  # noqa: E402
 from longform import (SOLID_SPEECH_S, block_wder, build_long_recordings,  # noqa: E402
                       label_summary, returning_speakers, word_labels)
-from metrics import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
+from speaker_asr.testing.scoring import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
                      wder_counts, wer_counts)
 from speaker_asr.attribution.speakers import exclusive_turns  # noqa: E402
 from speaker_asr.types import Turn  # noqa: E402
@@ -122,7 +122,7 @@ class Asr:
 
     def _load(self):
         if self._tr is None:
-            from speaker_asr.config import ModelSettings
+            from speaker_asr.settings import ModelSettings
             from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
 
             settings = ModelSettings(asr_model=str(self.path), assistant_model=None,

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
     pipeline_dir = args.models_dir / "pyannote-campp-3.1"
     from speaker_asr.attribution.naming import match_speakers
-    from speaker_asr.config import DEFAULT_SPEAKER_MATCH_THRESHOLD
+    from speaker_asr.settings import DEFAULT_SPEAKER_MATCH_THRESHOLD
     from speaker_asr.diarization import embeddings as E
     from speaker_asr.diarization.pipeline import diarize, load_diarization_pipeline
 

@@ -425,7 +425,7 @@ def appearance_label(speaker: str, block: Block, reference: list, hypothesis: li
 def word_labels(f: EvalFile, blocks: list[Block], ref: list, hyp: list, sp) -> dict[tuple[str, int], Counter]:
     """(reference speaker, block index) -> how many of the speaker's reference words in that block
     got each hypothesis speaker (None: no speaker), over the words the WDER alignment pairs
-    (``sp``: metrics.wder_counts' result on ``ref`` and ``hyp``)."""
+    (``sp``: speaker_asr.testing.scoring.wder_counts' result on ``ref`` and ``hyp``)."""
     starts = [b.start for b in blocks]
     out: dict[tuple[str, int], Counter] = {}
     for i, j, _ in sp.pairs:

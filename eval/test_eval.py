@@ -9,7 +9,7 @@ import pytest
 from speaker_asr.attribution.speakers import exclusive_turns
 from speaker_asr.types import Turn
 from algorithms import Diar, hf_original, max_overlap, runners  # noqa: E402
-from metrics import (HypToken, RefToken, cpwer_counts, normalize_text, normalize_word,  # noqa: E402
+from speaker_asr.testing.scoring import (HypToken, RefToken, cpwer_counts, normalize_text, normalize_word,  # noqa: E402
                      wder_counts, wer_counts)
 
 

@@ -1,16 +1,13 @@
-"""Every setting and request parameter, typed.
+"""The request parameters, typed.
 
-* :class:`ModelSettings` -- what the endpoint loads, read from environment variables when the
-  handler is built (never at import).
-* :class:`ServerSettings` -- our HTTP server's own settings (``HOST``, ``PORT``, ...), read from
-  environment variables when the server starts.
 * :class:`InferenceConfig` -- the per-request ``parameters``, validated with messages that say what
   is wrong and what is allowed. Validation that depends on the loaded models (is there an
   assistant? is the model English-only?) reads a :class:`ModelCapabilities` passed as context.
   Parameters given as text (a query string, form fields) are read by each field's declared type
   (:meth:`InferenceConfig.parameters_from_strings`): ``prompt=1984`` stays text.
 
-No torch import here: this module is pure validation.
+The settings (environment variables) are speaker_asr/settings.py's. No torch import here: this
+module is pure validation.
 """
 
 from __future__ import annotations
@@ -22,12 +19,13 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Optional, Sequence, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo,
-                      create_model, field_validator, model_validator)
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      model_validator)
 
+from speaker_asr.error_text import bounds_text, shown, value_error_text
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import FORMATS, TASKS
+from speaker_asr.settings import DEFAULT_DIARIZATION_MODEL, DOCUMENTED_ASSISTANT_MODEL
 from speaker_asr.speaker_names import MAX_SPEAKERS, validate_speaker_names
 from speaker_asr.types import (ASSIST_BATCH_SIZE, ASSIST_LONG_AUDIO, ASSIST_NO_ASSISTANT,
                                ASSIST_NOT_REQUESTED, ASSIST_REQUESTED, ASSIST_SAMPLING,
@@ -35,10 +33,6 @@ from speaker_asr.types import (ASSIST_BATCH_SIZE, ASSIST_LONG_AUDIO, ASSIST_NO_A
 
 if typing.TYPE_CHECKING:
     from speaker_asr.asr.assist_policy import AssistPolicy
-
-DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
-DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
-DEFAULT_DIARIZATION_MODEL = "pyannote/speaker-diarization-3.1"
 
 DEFAULT_BATCH_SIZE = 24  # GPU: windows decoded at once for long audio
 # CPU: batching buys little there (the matrix products are already large) while every window in
@@ -56,226 +50,6 @@ MAX_PROMPT_CHARS = 800
 MAX_KNOWN_SPEAKERS = 8
 MIN_REFERENCE_SECONDS = 2.0
 MAX_REFERENCE_SECONDS = 30.0
-# cosine similarity of voice embeddings at or above which a found speaker takes a known name
-# (measured with the CAM++ pipeline on real and generated speech: docs/measurements.md)
-DEFAULT_SPEAKER_MATCH_THRESHOLD = 0.6
-
-
-class ModelSettings(BaseSettings):
-    """Environment variables (case-insensitive). Every model setting takes a hub id or a local
-    folder; for the diarization a folder holding ``config.yaml`` or the yaml file itself."""
-
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, env_ignore_empty=False)
-
-    asr_model: str = Field(DEFAULT_ASR_MODEL, description="Whisper checkpoint (hub id or folder)")
-    assistant_model: Optional[str] = Field(
-        None, description=f"draft model for speculative decoding, e.g. {DOCUMENTED_ASSISTANT_MODEL}")
-    diarization_model: Optional[str] = Field(
-        DEFAULT_DIARIZATION_MODEL, description="pyannote pipeline; empty disables diarization")
-    hf_token: Optional[SecretStr] = Field(None, description="token for gated/private hub models")
-    device: Optional[str] = Field(None, description="'cuda', 'cuda:1', 'cpu'; default: cuda if available")
-    torch_dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(
-        None, description="default: float16 on GPU, float32 on CPU")
-    quantization: Optional[Literal["int8"]] = Field(
-        None, description="CPU only, opt-in: 'int8' runs Whisper (and the assistant) with int8 "
-                          "weights, in the form this CPU runs fastest (asr/quantization.py): int8 "
-                          "decoder weights in a bfloat16 model where the CPU has bfloat16 "
-                          "instructions, dynamic int8 linear layers in a float32 model elsewhere; "
-                          "faster, and like faster-whisper's int8 it changes the output")
-    max_new_tokens: Optional[int] = Field(None, ge=1, le=444,
-                                          description="cap on generated tokens per 30 s window")
-    max_audio_seconds: float = Field(
-        4 * 3600, gt=0, description="longer audio is rejected (checked from the header before "
-                                    "decoding everything)")
-    generation_speedups: bool = Field(
-        True, description="Whisper speed fixes (speaker_asr/patches/, listed with what applied in GET "
-                          "/health): output-preserving, and one pass per chunked window; false runs "
-                          "transformers' stock code paths")
-    diarization_speedups: bool = Field(
-        True, description="pyannote speed fixes that keep its output (speaker_asr/patches/diarization.py): "
-                          "no speaker embedding for a window's silent speaker slots; WeSpeaker ResNet "
-                          "embeddings with the network once per window (on CPU in ONNX Runtime, one "
-                          "window per batch); the clustering in linear time and memory past 45 minutes; "
-                          "false runs pyannote's own code")
-    diarization_coarse_long_recordings: bool = Field(
-        False, description="opt-in, CPU only (never under CUDA): trade speaker accuracy for speed on "
-                           "recordings over DIARIZATION_LONG_AFTER_S -- a 2-s segmentation step and "
-                           "every third window's speakers embedded, about 3x faster diarization, "
-                           "measured at 2-14 DER points worse (docs/measurements.md). Off: the "
-                           "recipe's 1-s step and every window embedded at every length")
-    diarization_long_after_s: float = Field(
-        300.0, ge=0, description="with DIARIZATION_COARSE_LONG_RECORDINGS=true, recordings longer "
-                                 "than this (seconds) get the coarse settings; shorter ones the "
-                                 "recipe's")
-    speaker_match_threshold: float = Field(
-        DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,
-        description="default voice similarity (cosine) for naming a speaker after a reference clip")
-    diarization_cuda_stream: bool = Field(
-        False, description="on a GPU, run the diarization on a CUDA stream of its own beside the ASR "
-                           "instead of sharing the default stream (bench/gpu_run.sh measures both)")
-    diarization_telemetry: bool = Field(
-        False, description="let pyannote.audio send its usage metrics (off: audio stays private)")
-    warmup: bool = Field(
-        True, description="after loading, decode and diarize 2 s of made-up audio once (plain, "
-                          "and assisted when an assistant is loaded) so the first request does not "
-                          "pay the libraries' lazy set-up (cuBLAS/cuDNN on a GPU); false starts "
-                          "faster. Not counted by assisted='auto' or the metrics")
-
-    @field_validator("asr_model")
-    @classmethod
-    def _asr_required(cls, v: str) -> str:
-        v = v.strip()
-        if not v:
-            raise ValueError("ASR_MODEL must name a Whisper model (hub id or local folder)")
-        return v
-
-    @field_validator("assistant_model", "diarization_model", "device", mode="before")
-    @classmethod
-    def _empty_is_none(cls, v):
-        if isinstance(v, str) and not v.strip():
-            return None
-        return v.strip() if isinstance(v, str) else v
-
-    @field_validator("quantization", mode="before")
-    @classmethod
-    def _no_quantization(cls, v):
-        if isinstance(v, str) and v.strip().lower() in ("", "none", "false", "0"):
-            return None
-        return v.strip().lower() if isinstance(v, str) else v
-
-    @model_validator(mode="after")
-    def _quantization_dtype(self) -> "ModelSettings":
-        if self.quantization == "int8" and self.torch_dtype not in (None, "bfloat16", "float32"):
-            raise ValueError(
-                f"QUANTIZATION=int8 computes in bfloat16 or float32 (chosen from the CPU), but "
-                f"TORCH_DTYPE={self.torch_dtype}: unset TORCH_DTYPE, or unset QUANTIZATION")
-        return self
-
-    @field_validator("hf_token", mode="before")
-    @classmethod
-    def _empty_token_is_none(cls, v):
-        return None if isinstance(v, str) and not v.strip() else v
-
-    def token(self) -> Optional[str]:
-        return self.hf_token.get_secret_value() if self.hf_token else None
-
-
-DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
-# requests that may wait for the model beside the one it runs: each holds its body (up to
-# MAX_BODY_BYTES, 100 MiB by default) in memory, so 8 bound the queued uploads to 800 MiB; and a
-# ninth request would wait for eight transcriptions first (minutes for long audio), longer than
-# most clients' timeouts
-DEFAULT_MAX_QUEUE = 8
-# live sessions at once: each shares the one model thread with the others and the file requests
-# (a second of speech costs tiny.en about 0.1-0.2 s of CPU to decode, re-decoded about once a
-# second while it grows), so a few per CPU model
-DEFAULT_MAX_SESSIONS = 4
-DEFAULT_LIVE_MAX_SESSION_S = 3600  # OpenAI's Realtime sessions last 60 minutes at most
-# one append's audio: 1 MiB is 21 s of 24 kHz PCM (clients send 20-100 ms); OpenAI allows 15 MiB
-DEFAULT_LIVE_MAX_FRAME_BYTES = 1024 * 1024
-MIN_API_KEY_CHARS = 16
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-_API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
-
-
-class ServerSettings(BaseSettings):
-    """Our HTTP server's own settings (speaker_asr/serving/app.py), from environment variables
-    (case-insensitive); the models' are :class:`ModelSettings`. :meth:`from_env` turns a bad
-    value into one ValueError naming the variable and what it may be (never showing the key)."""
-
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, env_ignore_empty=True,
-                                      hide_input_in_errors=True)
-
-    host: str = Field("0.0.0.0", description="interface to listen on")
-    port: int = Field(8080, ge=0, le=65535, description="port to listen on")
-    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, ge=1,
-                                description="largest request body in bytes (413 above)")
-    max_queue: int = Field(DEFAULT_MAX_QUEUE, ge=0, le=10_000,
-                           description="requests that may wait for the model beside the one it runs")
-    api_key: Optional[SecretStr] = Field(
-        None, description="when set, every route but /health and the /live page needs 'Authorization: "
-                          "Bearer <key>'")
-    max_sessions: int = Field(DEFAULT_MAX_SESSIONS, ge=0, le=1000,
-                              description="live sessions (/v1/realtime) open at once; one more is "
-                                          "refused with an error event")
-    live_max_session_s: int = Field(DEFAULT_LIVE_MAX_SESSION_S, ge=1, le=7 * 24 * 3600,
-                                    description="seconds a live session may last before it is closed "
-                                                "(an error event with code session_expired)")
-    live_max_frame_bytes: int = Field(DEFAULT_LIVE_MAX_FRAME_BYTES, ge=1024, le=15 * 1024 * 1024,
-                                      description="largest audio of one input_audio_buffer.append, "
-                                                  "in bytes (before base64)")
-    log_level: Literal[LOG_LEVELS] = Field("info", description="'debug' also logs health checks")
-
-    @field_validator("host", mode="before")
-    @classmethod
-    def _host(cls, v):
-        return v.strip() if isinstance(v, str) else v
-
-    @field_validator("port", "max_body_bytes", "max_queue", "max_sessions", "live_max_session_s",
-                     "live_max_frame_bytes", mode="before")
-    @classmethod
-    def _whole_number(cls, v):
-        # 100_000_000 reads as written; anything but digits is refused by the int field
-        return v.strip().replace("_", "") if isinstance(v, str) else v
-
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _level(cls, v):
-        return v.strip().lower() if isinstance(v, str) else v
-
-    @field_validator("api_key", mode="before")
-    @classmethod
-    def _api_key(cls, v):
-        if isinstance(v, SecretStr):
-            v = v.get_secret_value()
-        if v is None or not isinstance(v, str) or not v.strip():
-            return None
-        key = v.strip()
-        if not _API_KEY_CHARS.fullmatch(key):
-            raise ValueError("API_KEY may hold only printable ASCII characters without spaces (it "
-                             "travels in the Authorization header)")
-        if len(key) < MIN_API_KEY_CHARS:
-            raise ValueError(f"API_KEY is {len(key)} characters long; use at least "
-                             f"{MIN_API_KEY_CHARS} (e.g. the output of: openssl rand -hex 32)")
-        return SecretStr(key)
-
-    def key(self) -> Optional[str]:
-        return self.api_key.get_secret_value() if self.api_key else None
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> "ServerSettings":
-        """The settings from the environment (``overrides`` win: ``--host``, ``--port``); a bad
-        value raises ValueError naming the variable and what is allowed."""
-        try:
-            return cls(**overrides)
-        except ValidationError as exc:
-            problems = []
-            for err in exc.errors(include_url=False):
-                name = str(err["loc"][0]).upper() if err.get("loc") else "setting"
-                text = err.get("msg", "").removeprefix("Value error, ")
-                if err.get("type") != "value_error":
-                    shown = "" if name == "API_KEY" else f"={_shown(err.get('input'))}"
-                    info = cls.model_fields.get(name.lower())
-                    if name == "LOG_LEVEL":
-                        allowed = f"use one of {', '.join(LOG_LEVELS)}"
-                    elif info is not None and info.annotation is int:
-                        allowed = f"use a whole number {_bounds(info)}"
-                    else:
-                        allowed = text
-                    text = f"{name}{shown} is not valid: {allowed}"
-                problems.append(text)
-            raise ValueError("; ".join(problems)) from None
-
-
-def _bounds(info: Any) -> str:
-    bounds = []
-    for m in info.metadata:
-        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            if getattr(m, attr, None) is not None:
-                bounds.append(f"{sym} {getattr(m, attr)}")
-    return " and ".join(bounds)
-
-
 @dataclass(frozen=True)
 class ModelCapabilities:
     """What the loaded models can do; request validation depends on it."""
@@ -602,13 +376,9 @@ def _allowed(name: str) -> str:
     literals = [x for a in args if getattr(a, "__origin__", None) is Literal for x in a.__args__]
     if base is bool and literals:
         return "true, false or " + " or ".join(repr(x) for x in literals)
-    bounds = []
-    for m in f.metadata:
-        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            if getattr(m, attr, None) is not None:
-                bounds.append(f"{sym} {getattr(m, attr)}")
+    bounds = bounds_text(f)
     if bounds:
-        text += " " + " and ".join(bounds)
+        text += " " + bounds
     if getattr(ann, "__origin__", None) is Literal:
         text = " or ".join(repr(a) for a in ann.__args__)
     for a in args:
@@ -636,13 +406,13 @@ def describe_validation_error(exc: ValidationError) -> str:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             messages.append(f"unknown parameter {name!r}{hint}; allowed parameters: {', '.join(known)}")
         elif not name:  # model-level rule
-            messages.append(err.get("msg", "").removeprefix("Value error, "))
+            messages.append(value_error_text(err.get("msg", "")))
         elif name in InferenceConfig.model_fields and kind != "value_error":
-            messages.append(f"invalid value for {name!r}: {_shown(err.get('input'))}; "
+            messages.append(f"invalid value for {name!r}: {shown(err.get('input'))}; "
                             f"expected {_allowed(name)}")
         else:
             messages.append(f"invalid value for {name!r}: "
-                            f"{err.get('msg', '').removeprefix('Value error, ')}")
+                            f"{value_error_text(err.get('msg', ''))}")
     return "; ".join(messages)
 
 
@@ -652,8 +422,3 @@ def _first_parameter(exc: ValidationError) -> Optional[str]:
         loc = err.get("loc", ())
         return str(loc[0]) if loc else None
     return None
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

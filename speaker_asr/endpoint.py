@@ -14,7 +14,8 @@ import time
 from typing import Any, Callable, Optional
 
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
-from speaker_asr.config import InferenceConfig, ModelSettings
+from speaker_asr.config import InferenceConfig
+from speaker_asr.settings import ModelSettings
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render_response
 from speaker_asr.models import WARM_UP_SECONDS, Models

@@ -37,7 +37,8 @@ import numpy as np
 from speaker_asr.attribution.naming import name_known_speakers
 from speaker_asr.attribution.response import attribute
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.config import InferenceConfig, ModelCapabilities, ModelSettings
+from speaker_asr.config import InferenceConfig, ModelCapabilities
+from speaker_asr.settings import ModelSettings
 from speaker_asr.pipeline import (WARM_UP_MAX_NEW_TOKENS, WARM_UP_SECONDS, diarize_speakers,
                                   failure_warnings, heard_nobody, is_silent, no_speech_warning,
                                   reference_voices, warm_up_audio)

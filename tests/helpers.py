@@ -31,7 +31,7 @@ def tiny_settings(tiny_models, **overrides):
     """ModelSettings for the tiny random models (the ``tiny_models`` fixture), as production reads them,
     without the warm-up at load unless ``warmup=True`` (3-4 s a load for the tiny models, which
     their first request hardly notices; tiny_env says the same to a process)."""
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
 
     values = dict(asr_model=str(tiny_models["whisper"]), assistant_model=str(tiny_models["assistant"]),
                   diarization_model=str(tiny_models["pyannote"]), max_new_tokens=TINY_MAX_NEW_TOKENS,

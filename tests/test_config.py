@@ -2,7 +2,8 @@
 
 import pytest
 
-from speaker_asr.config import DEFAULT_BATCH_SIZE, InferenceConfig, ModelCapabilities, ModelSettings
+from speaker_asr.config import DEFAULT_BATCH_SIZE, InferenceConfig, ModelCapabilities
+from speaker_asr.settings import ModelSettings
 
 MULTI = ModelCapabilities(has_assistant=True, multilingual=True)
 NO_ASSISTANT = ModelCapabilities(has_assistant=False, multilingual=True)
@@ -270,7 +271,7 @@ def test_unknown_parameter_error_carries_its_code():
 
 
 def test_server_settings_from_environment(monkeypatch):
-    from speaker_asr.config import ServerSettings
+    from speaker_asr.settings import ServerSettings
 
     for var in ("HOST", "PORT", "MAX_BODY_BYTES", "MAX_QUEUE", "API_KEY", "LOG_LEVEL"):
         monkeypatch.delenv(var, raising=False)

@@ -40,7 +40,7 @@ def reference():
 
 
 def real_handler(asr, **extra):
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
     from speaker_asr.endpoint import EndpointHandler
 
     # the pipeline's own campp_embedding.py: its loader makes the folder's modules importable
@@ -116,7 +116,7 @@ def test_base_repetition_after_the_speech_is_removed_and_named():
     # whisper base, decoded greedily by transformers, repeats earlier sentences after the last
     # word of pyannote's sample with every word timed 29.98-29.98 s (hallucination.py)
     need(REAL_MODELS / "whisper-base", SAMPLE)
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
     from speaker_asr.endpoint import EndpointHandler
 
     h = EndpointHandler(settings=ModelSettings(asr_model=str(REAL_MODELS / "whisper-base"),

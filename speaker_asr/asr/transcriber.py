@@ -25,8 +25,8 @@ import numpy as np
 from speaker_asr.asr.assist_policy import AssistPolicy
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.asr.hallucination import drop_hallucinations
-from speaker_asr.config import (DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S,
-                                InferenceConfig, ModelCapabilities, ModelSettings)
+from speaker_asr.config import DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S, InferenceConfig, ModelCapabilities
+from speaker_asr.settings import ModelSettings
 from speaker_asr.compat import dtype_kwarg, transformers_major
 from speaker_asr.patches.draft_decoding import DRAFT, PROPOSED, DraftTokens, draft_allowed
 from speaker_asr.patches.scope import RequestScope

@@ -27,8 +27,8 @@ Beyond the toolkit:
   dropped before the model runs it (runner.py).
 
 Environment: ``HOST`` (0.0.0.0), ``PORT`` (8080), ``MAX_BODY_BYTES`` (100 MiB), ``MAX_QUEUE`` (8),
-``API_KEY`` (none), ``LOG_LEVEL`` (info): :class:`~speaker_asr.config.ServerSettings`; plus the
-handler's model settings (``ASR_MODEL``, ... :class:`~speaker_asr.config.ModelSettings`).
+``API_KEY`` (none), ``LOG_LEVEL`` (info): :class:`~speaker_asr.settings.ServerSettings`; plus the
+handler's model settings (``ASR_MODEL``, ... :class:`~speaker_asr.settings.ModelSettings`).
 
 The app is two Starlette apps under one that logs and counts every request: the root app
 (health, metrics, ``POST /``; errors as ``{"error": message}``) and the ``/v1`` app mounted on it
@@ -57,7 +57,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
-from speaker_asr.config import ServerSettings
+from speaker_asr.settings import ServerSettings
 from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_library_logs,
                                                configure_logging, refresh_secrets, scrub)
 from speaker_asr.serving import live_page, openai_api

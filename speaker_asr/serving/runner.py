@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from speaker_asr.config import DEFAULT_MAX_QUEUE
+from speaker_asr.settings import DEFAULT_MAX_QUEUE
 from speaker_asr.models import Models, ModelThread
 from speaker_asr.progress import Progress, RequestProgress, takes_progress
 from speaker_asr.serving.logging_setup import _request_id, scrub

@@ -96,13 +96,13 @@ def resolve_models(models: str, real_dir: Path) -> str:
 
 
 def model_settings(models: str, real_dir: Path, work: Path):
-    """The handler's :class:`~speaker_asr.config.ModelSettings` for ``real`` (``real_dir``'s
+    """The handler's :class:`~speaker_asr.settings.ModelSettings` for ``real`` (``real_dir``'s
     whisper-tiny.en and pyannote-campp-3.1, whose loader makes the folder's campp_embedding.py
     importable), ``resnet34`` (the same whisper-tiny.en and the 3.1 recipe as production runs it:
     real segmentation-3.0 and a WeSpeaker ResNet34 of random weights, the same compute, built into
     ``work/resnet34-3.1``) or ``tiny`` (the tiny random English Whisper and pyannote pipeline, built
     once into ``work/tiny-models``); no assistant, device from the environment."""
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
 
     if models in ("real", "resnet34"):
         pipeline = Path(real_dir) / REAL_PIPELINE

@@ -140,7 +140,7 @@ def test_quantize_decoder_needs_a_whisper_decoder():
 def test_quantization_setting_values_and_conflicts(monkeypatch):
     from pydantic import ValidationError
 
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
 
     for off in ("", "none", "None"):
         monkeypatch.setenv("QUANTIZATION", off)
@@ -160,7 +160,7 @@ def test_quantization_setting_values_and_conflicts(monkeypatch):
 
 
 def test_quantization_is_refused_on_a_gpu_with_a_message(monkeypatch):
-    from speaker_asr.config import ModelSettings
+    from speaker_asr.settings import ModelSettings
     from speaker_asr.asr.transcriber import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -294,7 +294,8 @@ def test_real_chunked_word_mode_keeps_every_word():
 
     from helpers import REAL_MODELS
     from speaker_asr.asr.transcriber import WhisperTranscriber, resolve_device
-    from speaker_asr.config import InferenceConfig, ModelSettings
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.settings import ModelSettings
 
     model = REAL_MODELS / "whisper-base"
     clips = sorted(glob.glob(str(REAL_MODELS / "audio" / "librivox" / "*.wav")))
