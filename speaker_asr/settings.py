@@ -233,3 +233,22 @@ class ServerSettings(BaseSettings):
                     text = f"{name}{value} is not valid: {allowed}"
                 problems.append(text)
             raise ValueError("; ".join(problems)) from None
+
+
+class ClientSettings(BaseSettings):
+    """What the command line sends to a server with ``--url`` when ``--token`` is not given: the
+    Inference Endpoint's token (``HF_TOKEN``) or our server's key (``API_KEY``), from environment
+    variables, never shown."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, env_ignore_empty=True)
+
+    hf_token: Optional[SecretStr] = None
+    api_key: Optional[SecretStr] = None
+
+    def tokens(self, endpoint_first: bool) -> list[tuple[str, str]]:
+        """(variable, value) of each token that is set, HF_TOKEN first for an Inference Endpoint
+        (``endpoint_first``), API_KEY first for any other server."""
+        order = (("HF_TOKEN", self.hf_token), ("API_KEY", self.api_key))
+        found = [(name, value.get_secret_value().strip()) for name, value in
+                 (order if endpoint_first else order[::-1]) if value is not None]
+        return [(name, value) for name, value in found if value]

@@ -43,7 +43,6 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -68,7 +67,7 @@ from speaker_asr.serving.request_path import (ErrorBody, PreparedCall, RequestPa
 from speaker_asr.serving.realtime import RealtimeRoute
 from speaker_asr.serving.runner import ModelRunner
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (HF_MODEL_DIR by default)
+ROOT = Path(__file__).resolve().parents[2]  # the repository (the path the toolkit would pass)
 
 PREDICT_PATHS = ("/", "/predict")
 HEALTH_PATHS = ("/", "/health")
@@ -223,7 +222,7 @@ def default_handler_factory() -> Callable[[dict], Any]:
     _route_library_logs()
     from speaker_asr.endpoint import EndpointHandler
 
-    return EndpointHandler(path=os.environ.get("HF_MODEL_DIR") or str(ROOT))
+    return EndpointHandler(path=str(ROOT))
 
 
 def server_settings(**overrides: Any) -> ServerSettings:

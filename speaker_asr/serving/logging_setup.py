@@ -90,13 +90,6 @@ _LEVELS = {"critical": logging.CRITICAL, "error": logging.ERROR, "warning": logg
 _json_logging = False
 
 
-def log_level(value: Optional[str] = None) -> str:
-    value = (value if value is not None else os.environ.get("LOG_LEVEL") or "info").strip().lower()
-    if value not in _LEVELS:
-        raise ConfigError(f"LOG_LEVEL={value!r}: use one of {', '.join(_LEVELS)}")
-    return value
-
-
 def configure_logging(level: str = "info") -> None:
     """JSON lines on stderr for everything logged in this process (uvicorn, the handler, warnings),
     scrubbed of secrets."""
