@@ -65,7 +65,7 @@ def setup_env() -> None:
 # --------------------------------------------------------------------------- text / WER
 
 def normalize(text: str) -> str:
-    """The attribution evaluation's text normalization (eval/metrics.py): lowercase, quotes
+    """The attribution evaluation's text normalization (speaker_asr/testing/scoring.py): lowercase, quotes
     straightened, dashes split, punctuation dropped, a few abbreviations spelled out."""
     import importlib.util
 

@@ -35,7 +35,7 @@ when the frame that carries it was sent):
 * **WER / WDER**: the live transcript (the items' ``segment`` events, each word with its
   segment's speaker; an item without one: its ``completed`` text without a speaker) and the file
   endpoint's against the recording's reference words when it has them (``ref.words.json``, the
-  real-meetings layout; scored as eval/evaluate.py scores, eval/metrics.py), otherwise the live
+  real-meetings layout; scored as eval/evaluate.py scores, speaker_asr/testing/scoring.py), otherwise the live
   transcript against the file endpoint's (its text and speakers as the reference).
 
 Output: one table per model and a pooled one on stdout, everything in

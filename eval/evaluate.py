@@ -211,18 +211,15 @@ def der(reference: list, hypothesis: list, metric: str = "der",
 
 def best_speaker_map(reference: list, hypothesis: list) -> dict[str, str]:
     """Hypothesis label -> reference label, one-to-one, maximising the overlapping time."""
-    from scipy.optimize import linear_sum_assignment
+    from speaker_asr.assignment import best_pairs
 
-    refs = sorted({t[2] for t in reference})
-    hyps = sorted({t[2] for t in hypothesis})
-    if not refs or not hyps:
-        return {}
-    m = np.zeros((len(hyps), len(refs)))
+    shared: dict[tuple[str, str], float] = {}
     for hs, he, h in hypothesis:
         for rs, re_, r in reference:
-            m[hyps.index(h), refs.index(r)] += max(0.0, min(he, re_) - max(hs, rs))
-    rows, cols = linear_sum_assignment(-m)
-    return {hyps[i]: refs[j] for i, j in zip(rows, cols) if m[i, j] > 0}
+            overlap = min(he, re_) - max(hs, rs)
+            if overlap > 0:
+                shared[(h, r)] = shared.get((h, r), 0.0) + overlap
+    return best_pairs(shared, sorted({t[2] for t in hypothesis}), sorted({t[2] for t in reference}))
 
 
 def exclusive_as_heard(reference: list, heard: list, heard_turns: list) -> list[Turn]:

@@ -15,6 +15,20 @@ from speaker_asr.errors import RequestError
 MAX_SPEAKERS = 32  # speakers to find (num_speakers, ...) and names for them (speaker_names)
 
 
+def speaker_label(index: int) -> str:
+    """The label of the ``index``-th speaker found, ``SPEAKER_00``, ``SPEAKER_01``, ...: the one
+    spelling of a speaker without a name, in files and live sessions alike."""
+    return f"SPEAKER_{index:02d}"
+
+
+def first_free_label(used) -> str:
+    """The first :func:`speaker_label` not in ``used``."""
+    n = 0
+    while speaker_label(n) in used:
+        n += 1
+    return speaker_label(n)
+
+
 def validate_speaker_names(names: Any, param: str = "speaker_names",
                            limit: int = MAX_SPEAKERS) -> list[str]:
     """``speaker_names`` (or another list of names, ``param``) -> a clean list (names stripped).

@@ -1,4 +1,4 @@
-"""speaker_asr/batch.py without models: which files a folder gives, where their outputs go, what a
+"""speaker_asr/batch/ without models: which files a folder gives, where their outputs go, what a
 rerun skips, atomic writing (a writer killed mid-file leaves no file under the final name), and
 the run itself over a stand-in engine (outputs, failures that do not stop the run, concurrency,
 stopping, the summary and the manifest). speaker_asr/progress.py's lines and bar."""

@@ -7,7 +7,7 @@ one name per speaker and one speaker per name, the assignment with the highest t
 among the pairs at or above a threshold. A speaker whose voice matches no name closely enough
 keeps its label (``SPEAKER_01``); a name whose voice is not in the recording names nobody.
 
-Pure Python (no torch, no numpy): embeddings are sequences of floats.
+Pure: no torch (the assignment is scipy's, speaker_asr/assignment.py); embeddings are sequences of floats.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
+from speaker_asr.assignment import best_pairs
 from speaker_asr.result import KnownSpeaker, Result
 
 Vector = Sequence[float]
@@ -68,29 +69,12 @@ def match_speakers(speakers: Mapping[str, Optional[Vector]], references: Mapping
 
     Among all assignments of names to speakers (each at most once, only pairs with similarity
     >= ``threshold``), the one with the highest total similarity; ties go to the assignment
-    that names more speakers, then to the earlier speaker labels (deterministic). Exact: a
-    dynamic programme over the speakers and the set of names already used (2^names states)."""
+    that names more speakers (:func:`speaker_asr.assignment.best_pairs`; deterministic)."""
     names = list(references)
     labels = sorted(speakers)
     sims = similarities(speakers, references)
     ok = {pair: c for pair, c in sims.items() if c >= threshold}
-    if len(names) > 16:
-        raise ValueError(f"at most 16 reference names can be matched at once, got {len(names)}")
-    # best[mask] = (total, count, assignment tuple) over the speakers seen so far
-    best: dict[int, tuple[float, int, tuple]] = {0: (0.0, 0, ())}
-    for s in labels:
-        nxt = dict(best)  # speaker s left unnamed
-        for mask, (total, count, assigned) in best.items():
-            for j, name in enumerate(names):
-                if mask & (1 << j) or (s, name) not in ok:
-                    continue
-                cand = (total + ok[(s, name)], count + 1, assigned + ((s, name),))
-                m2 = mask | (1 << j)
-                if m2 not in nxt or cand[:2] > nxt[m2][:2]:
-                    nxt[m2] = cand
-        best = nxt
-    total, count, assigned = max(best.values(), key=lambda v: (round(v[0], 12), v[1]))
-    given = {name: s for s, name in assigned}
+    given = {name: s for s, name in best_pairs(ok, labels, names).items()}
     out = []
     for name in names:
         s = given.get(name)

@@ -11,6 +11,7 @@ from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, att
                                               tidy_word_times)
 from speaker_asr.attribution.turns import one_at_a_time
 from speaker_asr.result import Result
+from speaker_asr.speaker_names import speaker_label
 from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 
 
@@ -19,7 +20,7 @@ def speaker_labels(turns: list[Turn], first: Optional[dict[str, str]] = None) ->
     (after those already in ``first``, which keep theirs)."""
     mapping = dict(first or {})
     for t in sorted(turns, key=lambda t: (t.start, t.end)):
-        mapping.setdefault(t.speaker, f"SPEAKER_{len(mapping):02d}")
+        mapping.setdefault(t.speaker, speaker_label(len(mapping)))
     return mapping
 
 

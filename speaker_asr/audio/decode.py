@@ -16,11 +16,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-from fractions import Fraction
 from typing import Optional
 
 import numpy as np
 
+from speaker_asr.audio.resample import resample
 from speaker_asr.errors import RequestError
 
 SAMPLE_RATE = 16_000
@@ -37,18 +37,6 @@ ACCEPTED = ("WAV (PCM, float, mu-law, A-law), FLAC, MP3, Ogg Vorbis/Opus; with f
             "also M4A/AAC, WebM, AMR and most other audio containers")
 
 
-def resample(audio: np.ndarray, orig_sr: int, target_sr: int = SAMPLE_RATE) -> np.ndarray:
-    """Polyphase resampling (anti-aliased); returns float32."""
-    if orig_sr == target_sr or audio.size == 0:
-        return audio.astype(np.float32, copy=False)
-    from scipy.signal import resample_poly
-
-    ratio = Fraction(target_sr, int(orig_sr)).limit_denominator(1000)
-    out = resample_poly(audio.astype(np.float32, copy=False), ratio.numerator, ratio.denominator,
-                        axis=0)
-    return out.astype(np.float32, copy=False)
-
-
 def _finish(audio: np.ndarray, sr: int) -> np.ndarray:
     """Mono, finite, 16 kHz, within [-1, 1]; works in place on ``audio`` (the decoder's own
     buffer), so a long recording is held once more at most while it is downmixed or resampled."""
@@ -57,7 +45,7 @@ def _finish(audio: np.ndarray, sr: int) -> np.ndarray:
     audio = audio.astype(np.float32, copy=False)
     for start in range(0, len(audio), 1 << 20):  # in place, a piece at a time: numpy's temporaries stay small
         np.nan_to_num(audio[start:start + (1 << 20)], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    audio = resample(audio, sr)
+    audio = resample(audio, sr, SAMPLE_RATE)
     # float WAVs may hold values far outside [-1, 1]; keep the waveform in range
     peak = max(float(audio.max()), -float(audio.min())) if audio.size else 0.0
     if peak > 1.0:

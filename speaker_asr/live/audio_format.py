@@ -11,7 +11,7 @@ session's format (:class:`speaker_asr.live.protocol.AudioFormat`):
 Samples are scaled to [-1, 1) by 32768 as :mod:`speaker_asr.audio.decode` reads 16-bit audio.
 
 The resampling is scipy's ``resample_poly`` -- the same polyphase filter ``audio/decode.py``
-uses for a file -- run on a buffered stream (:class:`StreamResampler`), because resampling each
+uses for a file -- run on a buffered stream (:class:`speaker_asr.audio.resample.StreamResampler`), because resampling each
 frame on its own would zero-pad both of its ends and click at every frame boundary. The stream
 keeps the last few input samples; each frame's output is taken only where the filter sees real
 input on both sides, so frame by frame gives the samples the whole signal resampled at once
@@ -29,12 +29,12 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from fractions import Fraction
 from typing import Optional
 
 import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.audio.resample import StreamResampler
 from speaker_asr.errors import RequestError
 from speaker_asr.live.protocol import AUDIO_FORMAT_TYPES, G711_RATE, MAX_APPEND_BYTES, PCM_RATES
 
@@ -99,78 +99,6 @@ def samples(raw: bytes, format_type: str) -> np.ndarray:
     else:
         raise ValueError(f"unknown audio format {format_type!r}")  # events.py refuses it first
     return pcm.astype(np.float32) / 32768.0
-
-
-class StreamResampler:
-    """scipy's ``resample_poly`` from ``orig_sr`` to ``target_sr`` over a stream given in
-    pieces: :meth:`push` returns the output samples that are final (their filter window lies in
-    audio already given), :meth:`flush` the rest (the stream's end, zero-padded as
-    ``resample_poly`` pads a whole signal) and starts a new stream.
-
-    Output ``n`` of ``resample_poly`` is centred on input time ``n * down / up`` and reads the
-    inputs within ``half_len / up`` samples of it (``half_len = 10 * max(up, down)``, scipy's
-    filter). A window of the input that starts at a multiple of ``down`` gives, for the outputs
-    whose inputs it holds, the samples the whole signal gives: those are sent, the window's
-    start moves up, and only the inputs later outputs still read are kept."""
-
-    def __init__(self, orig_sr: int, target_sr: int = SAMPLE_RATE):
-        ratio = Fraction(int(target_sr), int(orig_sr))
-        self.up, self.down = ratio.numerator, ratio.denominator
-        self.half_len = 10 * max(self.up, self.down)
-        self._filter = None
-        if not self.passthrough:  # resample_poly's own filter, designed once instead of per call
-            from scipy.signal import firwin
-
-            self._filter = firwin(2 * self.half_len + 1, 1.0 / max(self.up, self.down),
-                                  window=("kaiser", 5.0)).astype(np.float32)
-        self._reset()
-
-    def _reset(self) -> None:
-        self._kept = np.zeros(0, dtype=np.float32)
-        self._start = 0  # input index of self._kept[0]: a multiple of down
-        self._sent = 0  # outputs sent so far
-
-    @property
-    def passthrough(self) -> bool:
-        return self.up == self.down
-
-    def _resampled(self) -> np.ndarray:
-        from scipy.signal import resample_poly
-
-        return resample_poly(self._kept, self.up, self.down, window=self._filter).astype(np.float32, copy=False)
-
-    def push(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float32).reshape(-1)
-        if self.passthrough:
-            return x.copy()
-        self._kept = np.concatenate([self._kept, x])
-        total = self._start + len(self._kept)
-        # the last output whose inputs are all given: n * down + half_len <= (total - 1) * up
-        last = ((total - 1) * self.up - self.half_len) // self.down if total else -1
-        if last < self._sent:
-            return np.zeros(0, dtype=np.float32)
-        first_here = self._start * self.up // self.down  # the window's output 0
-        y = self._resampled()[self._sent - first_here: last + 1 - first_here]
-        self._sent = last + 1
-        # inputs the next output reads start at ceil((next * down - half_len) / up)
-        needed = max(0, -(-(self._sent * self.down - self.half_len) // self.up))
-        start = needed // self.down * self.down
-        if start > self._start:
-            self._kept = self._kept[start - self._start:]
-            self._start = start
-        return y
-
-    def flush(self) -> np.ndarray:
-        """The stream's last samples (its end zero-padded); the next push starts a new stream."""
-        if self.passthrough:
-            return np.zeros(0, dtype=np.float32)
-        total = self._start + len(self._kept)
-        count = -(-total * self.up // self.down)  # resample_poly's output length
-        first_here = self._start * self.up // self.down
-        y = self._resampled()[self._sent - first_here: count - first_here] if count > self._sent \
-            else np.zeros(0, dtype=np.float32)
-        self._reset()
-        return y
 
 
 class FrameDecoder:

@@ -30,9 +30,11 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from speaker_asr.assignment import best_pairs
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
 from speaker_asr.result import Result
+from speaker_asr.speaker_names import first_free_label
 
 # (start, end, speaker) in seconds on the session's audio clock
 Span = tuple[float, float, Optional[str]]
@@ -129,7 +131,7 @@ def speaker_mapping(offline: Sequence[Span], live: Sequence[Span], offline_order
     they are (known speakers' names, matched by voice in the offline pass too).
 
     The other offline speakers take live labels one to one, maximising the total time shared
-    (Hungarian assignment, over the pairs that share some time); a live label that is a kept
+    (speaker_asr/assignment.py, over the pairs that share some time); a live label that is a kept
     name is not given to anyone else. An offline speaker left
     without one keeps its own label when no live speaker had it and no other speaker takes it,
     else gets the first ``SPEAKER_NN`` that is free. Speakers that keep their own label are left
@@ -140,17 +142,8 @@ def speaker_mapping(offline: Sequence[Span], live: Sequence[Span], offline_order
     targets = sorted({who for _, _, who in live if who is not None} - keep)
     shared = overlaps(offline, live)
     mapping: dict[str, str] = {}
-    if sources and targets and shared:
-        from scipy.optimize import linear_sum_assignment
-
-        cost = np.zeros((len(sources), len(targets)))
-        for i, s in enumerate(sources):
-            for j, t in enumerate(targets):
-                cost[i, j] = -shared.get((s, t), 0.0)
-        rows, cols = linear_sum_assignment(cost)
-        for i, j in zip(rows, cols):
-            if cost[i, j] < 0:  # they share some time
-                mapping[sources[i]] = targets[j]
+    if sources and targets and shared:  # over the pairs that share some time
+        mapping.update(best_pairs(shared, sources, targets))
     used = taken | set(mapping.values())
     for s in sources:
         if s in mapping:
@@ -158,10 +151,7 @@ def speaker_mapping(offline: Sequence[Span], live: Sequence[Span], offline_order
         if s not in used:
             used.add(s)
             continue
-        n = 0
-        while f"SPEAKER_{n:02d}" in used:
-            n += 1
-        mapping[s] = f"SPEAKER_{n:02d}"
+        mapping[s] = first_free_label(used)
         used.add(mapping[s])
     return {k: v for k, v in mapping.items() if k != v}
 

@@ -38,6 +38,8 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from speaker_asr.speaker_names import speaker_label
+
 # a stretch shorter than this is not embedded (seconds): pyannote's embedding windows are 5-10 s,
 # and speaker_asr/diarization/embeddings.py takes 0.5 s pieces only inside a longer centroid
 MIN_EMBED_S = 1.0
@@ -233,7 +235,7 @@ class OnlineSpeakers:
             self._hear(speaker.label)
             return Assignment(speaker.label, sims[best], by_voice=True)
         if self._can_open():
-            label = f"SPEAKER_{self._unnamed:02d}"
+            label = speaker_label(self._unnamed)
             self._unnamed += 1
             self._speakers.append(_Speaker(label, v, duration_s, known=False))
             self._hear(label)

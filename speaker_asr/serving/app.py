@@ -39,8 +39,6 @@ check. Both transcription routes run :class:`~speaker_asr.serving.request_path.R
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import logging
 import re
@@ -60,6 +58,7 @@ from speaker_asr.settings import ServerSettings
 from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_library_logs,
                                                configure_logging, refresh_secrets, scrub)
 from speaker_asr.serving import live_page, openai_api
+from speaker_asr.serving.api_key import ApiKey, bearer
 from speaker_asr.serving.metrics import Metrics
 from speaker_asr.serving.negotiation import HttpError, read_request
 from speaker_asr.serving.request_path import (ErrorBody, PreparedCall, RequestPath,
@@ -172,42 +171,34 @@ class ApiKeyMiddleware:
     """With ``API_KEY`` set: every request but :data:`OPEN_PATHS` must carry ``Authorization: Bearer
     <key>``; anything else is answered 401 in the app's own error shape (``error_body``), before
     its body is read (uvicorn reads and drops a body the app leaves unread, so a client still
-    uploading reads the answer). The key is compared in constant time (of SHA-256 digests: not
-    even its length leaks) and never logged or echoed."""
+    uploading reads the answer). The check is serving/api_key.py's."""
 
     def __init__(self, app, api_key: Optional[str], error_body: ErrorBody):
         self.app = app
-        self.digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
+        self.key = ApiKey(api_key)
         self.error_body = error_body
 
-    def authorized(self, header: Optional[bytes]) -> tuple[bool, str]:
-        """(whether ``header`` carries the key, what is wrong when not)."""
-        if not header:
-            return False, ("this server requires an API key: send the header 'Authorization: "
-                           "Bearer <API_KEY>' (the openai SDK sends its api_key so)")
-        scheme, _, credential = header.decode("latin-1").strip().partition(" ")
-        if scheme.lower() != "bearer" or not credential.strip():
-            return False, ("the Authorization header must be 'Bearer <API_KEY>' (another scheme or "
-                           "an empty key was sent)")
-        given = hashlib.sha256(credential.strip().encode("utf-8", "surrogateescape")).digest()
-        if not hmac.compare_digest(given, self.digest):
-            return False, "the API key is wrong (the one this server was started with: API_KEY)"
-        return True, ""
+    def problem(self, header: Optional[bytes]) -> Optional[tuple[str, str]]:
+        """None when ``header`` carries the key; else (error code, what is wrong)."""
+        given, malformed = bearer(header.decode("latin-1") if header else None)
+        if malformed:
+            return "invalid_api_key", ("the Authorization header must be 'Bearer <API_KEY>' (another "
+                                       "scheme or an empty key was sent)")
+        return self.key.problem(given)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or self.digest is None or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or not self.key.required or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = dict(scope.get("headers") or []).get(b"authorization")
-        ok, problem = self.authorized(header)
-        if ok:
+        problem = self.problem(dict(scope.get("headers") or []).get(b"authorization"))
+        if problem is None:
             await self.app(scope, receive, send)
             return
+        code, message = problem
         info = scope.get("state", {}).get("request_info")
         if info is not None:
-            info["error"] = problem
-        code = "missing_api_key" if not header else "invalid_api_key"
-        response = JSONResponse(self.error_body(HttpError(401, problem, code=code), problem),
+            info["error"] = message
+        response = JSONResponse(self.error_body(HttpError(401, message, code=code), message),
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
 

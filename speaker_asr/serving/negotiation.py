@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -259,36 +259,60 @@ def json_object_field(value: str, name: str = "parameters") -> dict[str, Any]:
     return parsed
 
 
-def _multipart_data(items: FormItems, query: dict[str, Any]) -> dict[str, Any]:
+@dataclass
+class FormParts:
+    """A multipart form's parts, as every route that takes one reads them (:func:`split_form`):
+    the audio, the text fields in order (reference clips uploaded as files among them, as base64)
+    and the ``parameters`` field's JSON object."""
+
+    audio: bytes
+    texts: list[tuple[str, str]]
+    parameters: dict[str, Any]
+
+
+def split_form(items: FormItems, ignored: Sequence[str] = ()) -> FormParts:
+    """The form's fields (in order; files as :class:`Upload`) -> :class:`FormParts`: one
+    ``file`` upload (the audio), reference clips uploaded as ``known_speaker_references[]``
+    (base64, for the handler), the ``parameters`` JSON object, the other text fields (those in
+    ``ignored`` dropped). HttpError 400 naming the field otherwise."""
     audio: Optional[bytes] = None
-    fields: list[tuple[str, Any]] = []
+    texts: list[tuple[str, str]] = []
     parameters: dict[str, Any] = {}
     for key, value in items:
-        is_file = isinstance(value, Upload)
         if key == "file":
-            if not is_file:
-                raise HttpError(400, "the 'file' field must be a file upload, e.g. "
-                                        "curl -F file=@audio.wav")
+            if not isinstance(value, Upload):
+                raise HttpError(400, "the 'file' field must be a file upload (the audio), e.g. "
+                                     "curl -F file=@audio.wav", param="file")
+            if audio is not None:
+                raise HttpError(400, "the form has two 'file' fields; send one recording per request",
+                                param="file")
             audio = value.data
-        elif is_file and list_key(key) == "known_speaker_references":
-            # a reference clip uploaded as a file: the handler takes clips as base64
-            fields.append((key, base64.b64encode(value.data).decode("ascii")))
-        elif is_file:
-            raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file' "
-                                 "(and reference clips as 'known_speaker_references[]')")
-        elif key in IGNORED_FORM_FIELDS:
+        elif isinstance(value, Upload):
+            if list_key(key) != "known_speaker_references":
+                raise HttpError(400, f"unexpected file field {key!r}: upload the audio as 'file' "
+                                     "(and reference clips as 'known_speaker_references[]')", param=key)
+            texts.append((key, base64.b64encode(value.data).decode("ascii")))
+        elif list_key(key) in ignored:
             continue
-        elif key == "parameters":
+        elif key == "parameters":  # our own parameters as one JSON object
             parameters.update(json_object_field(value))
         else:
-            fields.append((key, value))
+            texts.append((key, value))
     if audio is None:
-        raise HttpError(400, "the multipart upload has no 'file' field: send the audio as "
-                                "-F file=@audio.wav (other fields become parameters)")
+        raise HttpError(400, "the form has no 'file' field: send the audio as a file upload named "
+                             "'file' (curl -F file=@audio.wav; the openai SDK: "
+                             "file=open('audio.wav', 'rb')); other fields become parameters",
+                        param="file", code="missing_required_parameter")
     if not audio:
-        raise HttpError(400, "the uploaded 'file' is empty")
+        raise HttpError(400, "the uploaded 'file' is empty", param="file")
+    return FormParts(audio, texts, parameters)
+
+
+def _multipart_data(items: FormItems, query: dict[str, Any]) -> dict[str, Any]:
+    form = split_form(items, IGNORED_FORM_FIELDS)
     # form fields win over the query string, the 'parameters' JSON field over both
-    return {"inputs": audio, "parameters": {**query, **parameters_from_text(fields), **parameters}}
+    return {"inputs": form.audio,
+            "parameters": {**query, **parameters_from_text(form.texts), **form.parameters}}
 
 
 _SUPPORTED = ("application/json (" + _JSON_SHAPE + "), audio/* or video/* (the file's bytes, "

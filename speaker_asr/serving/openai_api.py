@@ -31,7 +31,6 @@ that write OpenAI's error object (:func:`error_body`).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -50,11 +49,12 @@ from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, OPENAI_F
                                                Options, error_object, model_list, render, sse,
                                                stream_events)
 from speaker_asr.formats._common import first_temperature
+from speaker_asr.live.protocol import MAX_VAD_MS, ServerVad
 from speaker_asr.models import Models
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.serving.logging_setup import scrub
 from speaker_asr.serving.negotiation import (HttpError, Upload, header_media_type, list_key,
-                                             parameters_from_text, read_form)
+                                             parameters_from_text, read_form, split_form)
 from speaker_asr.serving.request_path import (LEFT_DURING_STREAM, PreparedCall, RequestPath,
                                               bad_request, record_times, request_info)
 from speaker_asr.serving.runner import ModelCall
@@ -80,7 +80,6 @@ REPLACED_PARAMETERS = {
 }
 # our parameter names in the handler's errors -> the OpenAI field a client sent
 OPENAI_PARAM = {"inputs": "file", "return_word_timestamps": "timestamp_granularities"}
-CHUNKING_FIELDS = {"type": str, "prefix_padding_ms": int, "silence_duration_ms": int, "threshold": float}
 SCALAR_FIELDS = ("model", "language", "prompt", "temperature", "response_format", "stream",
                  "chunking_strategy")
 LIST_FIELDS = ("timestamp_granularities", "known_speaker_names", "known_speaker_references",
@@ -181,27 +180,26 @@ def _chunking(value: Union[str, dict], sub: dict[str, str]) -> None:
         if not isinstance(parsed, dict):
             raise _bad(f"chunking_strategy must be {allowed}, got {value[:60]!r}", "chunking_strategy")
         fields.update(parsed)
+    converted: dict[str, Any] = {}
     for key, raw in fields.items():
-        kind = CHUNKING_FIELDS.get(key)
-        if kind is None:
+        spec = ServerVad.model_fields.get(key)
+        if spec is None:
             raise _bad(f"chunking_strategy has an unknown field {key!r}; allowed: "
-                       f"{', '.join(CHUNKING_FIELDS)}", "chunking_strategy")
-        try:
-            got = _typed(kind, raw)
+                       f"{', '.join(ServerVad.model_fields)}", "chunking_strategy")
+        try:  # form text read as the field's type ("0.5" a number), then checked by the model
+            converted[key] = _typed(str if key == "type" else spec.annotation, raw)
         except ValueError:
-            got = None
-        if kind is str:
-            ok = got == "server_vad"
-        elif kind is int:
-            ok = got is not None and got >= 0
-        else:
-            ok = got is not None and 0 <= got <= 1
-        if not ok:
-            expected = {"type": "'server_vad'", "threshold": "a number in [0, 1]"}.get(
-                key, "a whole number of milliseconds >= 0")
-            raise _bad(f"chunking_strategy.{key} must be {expected}, got {raw!r}", "chunking_strategy")
-    if fields.get("type") != "server_vad":
+            converted[key] = raw
+    if converted.get("type") != "server_vad":
         raise _bad(f"chunking_strategy must be {allowed}", "chunking_strategy")
+    try:
+        ServerVad.model_validate(converted)  # the live sessions' server_vad: one set of bounds
+    except ValidationError as exc:
+        key = str(exc.errors(include_url=False)[0]["loc"][0])
+        expected = {"threshold": "a number in [0, 1]"}.get(
+            key, f"a whole number of milliseconds >= 0 and <= {MAX_VAD_MS}")
+        raise _bad(f"chunking_strategy.{key} must be {expected}, got {fields[key]!r}",
+                   "chunking_strategy") from None
 
 
 @dataclass
@@ -218,24 +216,13 @@ class FormFields:
 
 def sort_fields(items: Sequence[tuple[str, Union[str, Upload]]]) -> FormFields:
     """The form's fields (in order; files as :class:`Upload`) sorted into the audio, OpenAI's
-    fields and our own parameters; HttpError 400 for a field that cannot be one of them."""
-    form = FormFields()
-    for raw_key, value in items:
+    fields and our own parameters (the parts read by negotiation.split_form, as for ``POST /``);
+    HttpError 400 for a field that cannot be one of them."""
+    parts = split_form(items, IGNORED_FIELDS)
+    form = FormFields(audio=parts.audio, own_json=parts.parameters)
+    for raw_key, value in parts.texts:
         key, sub = _split_key(raw_key)
-        if key == "file":
-            if not isinstance(value, Upload):
-                raise _bad("the 'file' field must be a file upload (the audio), e.g. "
-                           "curl -F file=@audio.wav", "file")
-            if form.audio is not None:
-                raise _bad("the form has two 'file' fields; send one recording per request", "file")
-            form.audio = value.data
-        elif isinstance(value, Upload):
-            if key != "known_speaker_references":
-                raise _bad(f"unexpected file field {raw_key!r}: upload the audio as 'file' (and "
-                           "reference clips as 'known_speaker_references[]')", raw_key)
-            # a clip uploaded as a file: base64 for the handler
-            form.lists[key].append(base64.b64encode(value.data).decode("ascii"))
-        elif key == "chunking_strategy" and sub is not None:
+        if key == "chunking_strategy" and sub is not None:
             form.chunking[sub] = value
         elif sub is not None:
             raise _unknown(raw_key)
@@ -245,24 +232,8 @@ def sort_fields(items: Sequence[tuple[str, Union[str, Upload]]]) -> FormFields:
             if key in form.scalars:
                 raise _bad(f"the field {key!r} is given twice; give it once", key)
             form.scalars[key] = value
-        elif key in IGNORED_FIELDS:
-            continue
-        elif key == "parameters":  # our own parameters as one JSON object, as on POST /
-            try:
-                extra = json.loads(value)
-            except (ValueError, RecursionError):
-                extra = None
-            if not isinstance(extra, dict):
-                raise _bad("the 'parameters' form field must be a JSON object", "parameters")
-            form.own_json.update(extra)
         else:
             form.own.append((key, value))
-    if form.audio is None:
-        raise _bad("the form has no 'file' field: send the audio as a file upload named 'file' "
-                   "(curl -F file=@audio.wav; the openai SDK: file=open('audio.wav', 'rb'))", "file",
-                   "missing_required_parameter")
-    if not form.audio:
-        raise _bad("the uploaded 'file' is empty", "file")
     return form
 
 
@@ -499,10 +470,9 @@ class OpenAIRoutes:
         return cards[0].id if cards else None
 
     def _check_ready(self) -> None:
-        if not self.runner.ready:
-            status, body, headers = self.runner.status()  # no X-Should-Retry on a listing
-            raise HttpError(503, body["reason"], headers, code="model_loading"
-                            if self.runner.state == "loading" else "model_failed")
+        why = self.runner.not_ready()
+        if why is not None:  # no X-Should-Retry on a listing
+            raise HttpError(503, why.reason, why.headers, code=why.code)
 
     async def models(self, request: Request) -> Response:
         self._check_ready()

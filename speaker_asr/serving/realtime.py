@@ -30,8 +30,6 @@ never the key), and is counted in ``/metrics`` (``asr_live_*``, speaker_asr/serv
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import time
 import uuid
@@ -44,6 +42,7 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.live.protocol import ProtocolError
 from speaker_asr.live.engine import LiveEngine
 from speaker_asr.live.session import LiveSession
+from speaker_asr.serving.api_key import ApiKey, bearer
 
 logger = logging.getLogger("server")
 access_logger = logging.getLogger("server.access")
@@ -62,7 +61,7 @@ class RealtimeRoute:
         self.runner = runner
         self.metrics = metrics  # speaker_asr.serving.metrics.Metrics, or None
         self.engine = LiveEngine(runner)
-        self.digest = hashlib.sha256(api_key.encode()).digest() if api_key else None
+        self.key = ApiKey(api_key)
         self.max_sessions = max_sessions
         self.max_session_s = max_session_s
         self.max_frame_chars = -(-max_frame_bytes // 3) * 4
@@ -77,25 +76,15 @@ class RealtimeRoute:
         return [WebSocketRoute(REALTIME.removeprefix("/v1"), self.endpoint)]
 
     def _key_problem(self, websocket: WebSocket) -> Optional[tuple[str, str]]:
-        if self.digest is None:
-            return None
-        given = None
-        header = websocket.headers.get("authorization")
-        if header:
-            scheme, _, credential = header.strip().partition(" ")
-            if scheme.lower() == "bearer" and credential.strip():
-                given = credential.strip()
+        """The API key's problem (serving/api_key.py): it comes as a bearer header or, from a
+        browser (which cannot set headers), in a subprotocol."""
+        given, _ = bearer(websocket.headers.get("authorization"))
         for offered in websocket.scope.get("subprotocols") or []:
             if offered.startswith(KEY_SUBPROTOCOL) and given is None:
                 given = offered[len(KEY_SUBPROTOCOL):]
-        if not given:
-            return ("missing_api_key", "this server requires an API key: send 'Authorization: Bearer "
-                                       "<API_KEY>' (the openai SDK sends its api_key so) or the "
-                                       "subprotocol 'openai-insecure-api-key.<API_KEY>'")
-        digest = hashlib.sha256(given.encode("utf-8", "surrogateescape")).digest()
-        if not hmac.compare_digest(digest, self.digest):
-            return "invalid_api_key", "the API key is wrong (the one this server was started with: API_KEY)"
-        return None
+        return self.key.problem(given, "send 'Authorization: Bearer <API_KEY>' (the openai SDK sends "
+                                       "its api_key so) or the subprotocol "
+                                       "'openai-insecure-api-key.<API_KEY>'")
 
     async def _refuse(self, websocket: WebSocket, code: str, message: str, close_code: int,
                       kind: str = "invalid_request_error") -> None:
@@ -156,10 +145,9 @@ class RealtimeRoute:
             return ("invalid_intent", f"Invalid value: {intent!r} for 'intent'. This server serves "
                     "transcription sessions only: connect to /v1/realtime?intent=transcription.",
                     POLICY_VIOLATION, "invalid_request_error")
-        if not self.runner.ready:
-            status, body, _ = self.runner.status()
-            return ("model_not_ready", body.get("reason", "the model is not ready"), TRY_AGAIN_LATER,
-                    "server_error")
+        why = self.runner.not_ready()
+        if why is not None:
+            return "model_not_ready", why.reason, TRY_AGAIN_LATER, "server_error"
         unavailable = self.engine.unavailable()
         if unavailable is not None:
             return "model_not_ready", unavailable, TRY_AGAIN_LATER, "server_error"

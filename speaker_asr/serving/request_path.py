@@ -75,11 +75,9 @@ class RequestPath:
 
     def not_ready(self) -> HttpError:
         """503 while the model loads (or after it failed to load), with the reason."""
-        status, body, headers = self.runner.status()
-        code = "model_loading" if self.runner.state == "loading" else "model_failed"
-        if self.runner.state == "failed":  # retrying will not help until the server is fixed
-            headers = {**headers, "X-Should-Retry": "false"}
-        return HttpError(503, body["reason"], headers, code=code)
+        why = self.runner.not_ready()
+        headers = why.headers if why.recovers else {**why.headers, "X-Should-Retry": "false"}
+        return HttpError(503, why.reason, headers, code=why.code)
 
     def admit(self):
         """A place in the queue for a request, before its body is read; HttpError 503 while

@@ -22,6 +22,7 @@ import logging
 import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from speaker_asr.settings import DEFAULT_MAX_QUEUE
@@ -57,6 +58,18 @@ class ProgressLog:
         if line is not None:
             logger.info("progress: %s (%.0f s)", line.text, line.elapsed_s,
                         extra={"request_id": self.request_id, "fields": line.fields()})
+
+
+@dataclass(frozen=True)
+class NotReady:
+    """The model is not ready: ``code`` (``model_loading``, ``model_failed``), the ``reason`` in
+    words, the ``headers`` of a 503 (``Retry-After`` while loading) and whether waiting helps
+    (``recovers``: a failed load stays failed until the server is fixed)."""
+
+    code: str
+    reason: str
+    headers: dict[str, str]
+    recovers: bool
 
 
 class QueueFull(Exception):
@@ -233,6 +246,17 @@ class ModelRunner:
         self.loaded_at = time.time()
         self.state = "ready"
         logger.info("model ready after %.1f s", self.load_seconds)
+
+    def not_ready(self) -> Optional["NotReady"]:
+        """Why the model cannot take a call now (None: it can): loading, or failed to load --
+        the one answer of every route that needs the model (503 on HTTP, an ``error`` event on a
+        live socket)."""
+        if self.state == "ready":
+            return None
+        status, body, headers = self.status()
+        loading = self.state == "loading"
+        return NotReady("model_loading" if loading else "model_failed", body["reason"], headers,
+                        recovers=loading)
 
     def status(self) -> tuple[int, dict[str, Any], dict[str, str]]:
         """(status code, body, headers) for a health check."""

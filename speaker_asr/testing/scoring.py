@@ -33,6 +33,8 @@ from typing import Optional, Sequence
 import jiwer
 import numpy as np
 
+from speaker_asr.assignment import best_pairs
+
 # spellings Whisper writes that references spell out (reference texts use the long form)
 _SPELLING = {"mr": "mister", "mrs": "missus", "dr": "doctor", "ok": "okay"}
 _DASHES = re.compile(r"[-\u2010-\u2015/]")
@@ -136,18 +138,13 @@ def cpwer_counts(ref: Sequence[RefToken], hyp: Sequence[HypToken]) -> Optional[W
 def best_mapping(pairs: Sequence[tuple[str, Optional[str]]]) -> dict[str, str]:
     """Hypothesis speaker -> reference speaker, one-to-one, maximizing the aligned words whose
     speakers then agree (Hungarian algorithm on the co-occurrence counts)."""
-    from scipy.optimize import linear_sum_assignment
-
     refs = sorted({r for r, _ in pairs})
     hyps = sorted({h for _, h in pairs if h is not None})
-    if not refs or not hyps:
-        return {}
-    counts = np.zeros((len(hyps), len(refs)))
+    counts = {(h, r): 0.0 for h in hyps for r in refs}  # every pair, as many as can be paired
     for r, h in pairs:
         if h is not None:
-            counts[hyps.index(h), refs.index(r)] += 1
-    rows, cols = linear_sum_assignment(-counts)
-    return {hyps[i]: refs[j] for i, j in zip(rows, cols)}
+            counts[(h, r)] += 1
+    return best_pairs(counts, hyps, refs)
 
 
 @dataclass

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from scipy.signal import resample_poly
 
+from speaker_asr.audio.decode import SAMPLE_RATE as SR
+from speaker_asr.audio.resample import StreamResampler
 from speaker_asr.errors import RequestError
-from speaker_asr.live.audio_format import (ALAW, MULAW, AudioFormatError, FrameDecoder, StreamResampler,
+from speaker_asr.live.audio_format import (ALAW, MULAW, AudioFormatError, FrameDecoder,
                                            frame_bytes, samples)
 from speaker_asr.live.protocol import MAX_APPEND_BYTES, AudioFormat, ProtocolError
 
@@ -110,15 +112,15 @@ def test_a_bad_frame_leaves_the_stream_as_it_was():
 def test_frame_by_frame_equals_resampling_the_whole_signal(rate):
     rng = np.random.default_rng(rate)
     x = (0.3 * rng.standard_normal(int(0.7 * rate)) + tone(0.7, rate)).astype(np.float32)
-    resampler = StreamResampler(rate)
+    resampler = StreamResampler(rate, SR)
     whole = resample_poly(x, resampler.up, resampler.down).astype(np.float32)
     for count in (1, 2, 37, 400):
-        resampler = StreamResampler(rate)
+        resampler = StreamResampler(rate, SR)
         out = np.concatenate([resampler.push(f) for f in frames(x, rng, count)] + [resampler.flush()])
         assert out.shape == whole.shape
         assert np.max(np.abs(out - whole)) <= 1e-6
     short = x[:2000]  # one sample per push
-    one_by_one = StreamResampler(rate)
+    one_by_one = StreamResampler(rate, SR)
     out = np.concatenate([one_by_one.push(short[i:i + 1]) for i in range(len(short))] + [one_by_one.flush()])
     assert np.max(np.abs(out - resample_poly(short, one_by_one.up, one_by_one.down))) <= 1e-6
 
@@ -130,14 +132,14 @@ def test_resampling_each_frame_alone_would_click_and_the_stream_does_not():
     alone = np.concatenate([resample_poly(f, 2, 3) for f in np.split(x, 50)])
     reference = resample_poly(x, 2, 3)
     assert np.max(np.abs(alone - reference)) > 0.05  # audible clicks
-    stream = StreamResampler(24000)
+    stream = StreamResampler(24000, SR)
     out = np.concatenate([stream.push(f) for f in np.split(x, 50)] + [stream.flush()])
     assert np.max(np.abs(out - reference)) <= 1e-6
 
 
 def test_the_stream_holds_back_half_its_filter_and_keeps_little():
     for rate, frame, held_ms in ((24000, 480, 0.7), (8000, 160, 1.4)):
-        stream = StreamResampler(rate)
+        stream = StreamResampler(rate, SR)
         sent = sum(len(stream.push(np.ones(frame, np.float32))) for _ in range(500))
         due = 500 * frame * 16000 // rate
         assert 0 < due - sent <= held_ms * 16
@@ -146,7 +148,7 @@ def test_the_stream_holds_back_half_its_filter_and_keeps_little():
 
 def test_flush_ends_a_stream_and_the_next_starts_fresh():
     x = tone(0.1, 24000)
-    stream = StreamResampler(24000)
+    stream = StreamResampler(24000, SR)
     first = np.concatenate([stream.push(x), stream.flush()])
     again = np.concatenate([stream.push(x), stream.flush()])
     assert np.array_equal(first, again) and len(first) == 1600

@@ -508,9 +508,13 @@ def route_with(engine, max_session_s: float = 60.0):
 
     class Runner:
         ready, max_queue, rejected_queue_full, dropped_disconnected, load_seconds, handler = True, 1, 0, 0, None, None
+        models = None
 
         def counts(self):
             return 0, 0
+
+        def not_ready(self):
+            return None
 
     metrics = Metrics(Runner())
     route = RealtimeRoute(Runner(), None, 1, max_session_s, 1 << 20, vad_factory=LoudVad, metrics=metrics)

@@ -6,7 +6,7 @@ The numbers mean nothing (random weights); that the scripts run is what is check
 (bench/batch_throughput.py runs its server processes and the loopback balancer,
 speaker_asr/testing/balancer.py, the same way.)
 
-eval/data.py, eval/generate.py, eval/metrics.py, eval/algorithms.py, bench/common.py and
+eval/data.py, eval/generate.py, speaker_asr/testing/scoring.py, eval/algorithms.py, bench/common.py and
 reliability/_common.py are modules the scripts import, not scripts (eval/test_eval.py checks the
 evaluation's metrics and algorithms on hand-made inputs).
 """

@@ -634,8 +634,19 @@ def test_token_never_leaks_and_each_request_logs_one_json_line(servers, clip):
 
 
 def test_health_names_the_int8_form_chosen_for_this_cpu():
+    """/health says what the models layer says of the int8 form (speaker_asr/models.py: health)."""
+    import types
+
+    from speaker_asr.config import ModelCapabilities
+    from speaker_asr.models import Models
+
     class Quantized:
         quantization = {"mode": "int8", "path": "dynamic", "reason": "torch runs AVX2 kernels here"}
+
+        def __init__(self):
+            asr = types.SimpleNamespace(quantization=self.quantization, patch_report=[], assistant=None,
+                                        capabilities=lambda has_diarization: ModelCapabilities())
+            self.models = Models(asr)
 
         def __call__(self, data):
             return echo_handler(data)
