@@ -172,9 +172,9 @@ def main(argv=None) -> int:
                                          for s, e, spk in f.turns if e > half])
             else:
                 d = diarize(pipe, part, num_speakers=len(truth))
-                from speaker_asr.attribution.turns import one_at_a_time
+                from speaker_asr.attribution.turns import speakers_alone
 
-                turns = one_at_a_time(d)
+                turns = speakers_alone(d)
             centroids = E.speaker_centroids(model, part, turns)
             # which true speaker each found speaker mostly is (exclusive speech)
             overlap: dict[str, dict[str, float]] = {}

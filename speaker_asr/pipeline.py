@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from speaker_asr.attribution.response import rename_speakers, speaker_labels
-from speaker_asr.attribution.turns import one_at_a_time
+from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
 from speaker_asr.diarization.pipeline import diarize
@@ -84,7 +84,7 @@ def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfi
     found = diarize(pipeline, audio, num_speakers=config.num_speakers,
                     min_speakers=config.min_speakers, max_speakers=config.max_speakers,
                     hook=DiarizationHook(progress) if progress is not None else None)
-    alone = one_at_a_time(found)
+    alone = speakers_alone(found)
     labels = speaker_labels(found.turns, speaker_labels(alone))
     found = Diarization(rename_speakers(found.turns, labels),
                         None if found.exclusive_turns is None

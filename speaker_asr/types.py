@@ -62,7 +62,7 @@ class Diarization:
     """What the diarization found: its ``turns`` (overlapping where people talk at once) and its
     own ``exclusive_turns`` (one speaker at a time: pyannote 4's, the dominant voice at each
     moment; None from pyannote 3.x, which makes none --
-    :func:`speaker_asr.attribution.turns.one_at_a_time` derives them there for what needs one
+    :func:`speaker_asr.attribution.turns.speakers_alone` derives them there for what needs one
     speaker at a time); with known speakers or speaker embeddings, each found
     speaker's voice (``voices``: a unit vector as a list, None for a speaker without speech to
     embed). ``embedding_error``: why the voices could not be computed (the embedding model's

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
                                               cross_talk, resolve_times, split_segments,
                                               tidy_word_times)
-from speaker_asr.attribution.turns import one_at_a_time
+from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.result import Result
 from speaker_asr.speaker_names import speaker_label
 from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
@@ -68,7 +68,7 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
         spans = resolve_times([(s.start, s.end) for s in transcript.chunks], duration)
         pieces = [Word(seg.text, s, e) for seg, (s, e) in zip(transcript.chunks, spans)]
         if diarized:
-            pieces = assign_speakers(pieces, SpeakerIndex(one_at_a_time(diarization)))
+            pieces = assign_speakers(pieces, SpeakerIndex(speakers_alone(diarization)))
         segments = [Segment(p.text, _r(p.start), _r(p.end), p.speaker) for p in pieces]
     return Result(text=transcript.text, segments=segments,
                   language=transcript.language, duration=_r(duration),

@@ -2,7 +2,7 @@
 4's exclusive turns derived for pyannote 3.x. Pure Python, no torch.
 
 The records (:mod:`speaker_asr.types`) sit below this module and do not import it; the diarization
-step and the attribution call :func:`one_at_a_time` when they need one speaker at a time.
+step and the attribution call :func:`speakers_alone` when they need one speaker at a time.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def exclusive_turns(turns: Iterable[Turn]) -> list[Turn]:
     return pieces
 
 
-def one_at_a_time(diarization: Diarization) -> list[Turn]:
+def speakers_alone(diarization: Diarization) -> list[Turn]:
     """The diarization's exclusive turns, or where it made none (pyannote 3.x) the ones
     :func:`exclusive_turns` derives from its turns: for the speakers' labels and voices and for
     segment-level attribution, not as evidence for whose words are whose."""

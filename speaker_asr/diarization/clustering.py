@@ -280,7 +280,7 @@ def cluster_centroid(embeddings: np.ndarray, threshold: float, min_cluster_size:
 # MIN_CLUSTER_SIZE / STRAY_SHARE embeddings (about 15-20 minutes of meeting) the share is under
 # the recipe's minimum and nothing changes. A voice of its own lies farther than STRAY_DISTANCE
 # from every other and keeps its label, however little it says. Measured with the kit's CAM++ on
-# real speech (eval/README.md, issue 38): the strays of a 4-hour recording lay 0.32 and 0.42 from
+# real speech (eval/README.md): the strays of a 4-hour recording lay 0.32 and 0.42 from
 # their voice, same-person fragments 0.28-0.34; distinct people 0.50-0.98 apart.
 STRAY_SHARE = 0.01
 STRAY_DISTANCE = 0.45

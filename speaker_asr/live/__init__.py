@@ -1,18 +1,20 @@
-"""Live transcription with speakers over OpenAI's Realtime transcription protocol (issue 31): the
-pure logic, each piece unit-tested with hand-made inputs, and the session loop that the WebSocket
-route (``/v1/realtime?intent=transcription``, speaker_asr/serving/realtime.py) drives:
-:mod:`.session` (one session's state machine and its model calls) and :mod:`.vad` (silero-vad;
-the turn detector). Those two import torch only when a model runs.
+"""Live transcription with speakers over OpenAI's Realtime transcription protocol, driven by the
+WebSocket route (``/v1/realtime?intent=transcription``, speaker_asr/serving/realtime.py):
 
-* :mod:`.events` -- the protocol's event shapes (OpenAI's Realtime API, GA): the client events
-  parsed, with an error event that says what is wrong and what is allowed; the server events
-  built; the session's configuration and how a ``session.update`` changes it.
-* :mod:`.audio_format` -- appended audio frames (``audio/pcm``, ``audio/pcmu``, ``audio/pcma``)
-  decoded to 16 kHz float32 mono, frame by frame, without clicks at frame boundaries.
-* :mod:`.agreement` -- the local-agreement policy: which words of a growing utterance's
-  successive decodes are sent as deltas (emitted once, never taken back).
-* :mod:`.speakers` -- online speaker labels: each utterance's voice assigned to running
-  centroids, known speakers by name, labels stable for the session.
+* :mod:`.session` -- one session's state machine: client events in, server events and model
+  calls out (docs/architecture.md, "A live session, in one pass");
+* :mod:`.engine` -- its model calls, onto the model thread or the diarization thread, through
+  :class:`speaker_asr.models.Models`;
+* :mod:`.vad` -- silero-vad and the turn detector.
 
-No torch here: numpy, scipy and pydantic only.
+The rest holds no I/O and no model, each piece unit-tested with hand-made inputs:
+:mod:`.protocol` (the events, the session's configuration and ``session.update``),
+:mod:`.session_config` (the session as a request's ``InferenceConfig``), :mod:`.items` (an
+utterance; when a growing one is decoded), :mod:`.language` (the session's language),
+:mod:`.agreement` (which words of successive decodes are sent as deltas),
+:mod:`.speakers` and :mod:`.labelling` (online speaker labels; an item's speakers and segment
+events), :mod:`.final_pass` (the end's offline pass and its labels), :mod:`.audio_format`
+(appended frames -> 16 kHz float32 mono).
+
+No torch at import: the models are speaker_asr/models.py's.
 """

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from speaker_asr.attribution.response import attribute
-from speaker_asr.attribution.turns import one_at_a_time
+from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig, ModelCapabilities
 from speaker_asr.models import Decoded, Models
@@ -160,7 +160,7 @@ class LiveEngine:
             return None
         result = attribute(decoded.transcript, len(audio) / SAMPLE_RATE, found, with_words=True)
         seconds: dict[str, float] = {}
-        for turn in one_at_a_time(found):
+        for turn in speakers_alone(found):
             seconds[turn.speaker] = seconds.get(turn.speaker, 0.0) + max(0.0, turn.end - turn.start)
         return ItemSpeakers(result.speaker_turns, dict(found.voices), seconds)
 

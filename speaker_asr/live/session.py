@@ -96,12 +96,12 @@ from speaker_asr.live.session_config import session_config
 from speaker_asr.live.speakers import OnlineSpeakers
 from speaker_asr.live.vad import TurnDetector
 from speaker_asr.models import Decoded
+from speaker_asr.settings import DEFAULT_LIVE_MAX_SESSION_S
 
 logger = logging.getLogger("server")
 
 MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
-DEFAULT_MAX_KEPT_S = 3600.0  # audio kept for a final pass when the route says nothing (LIVE_MAX_SESSION_S's default)
 # how a session ended, as the route counts it (speaker_asr/serving/metrics.py)
 FINISHED, FINAL_PASS_FAILED = "finished", "final_pass_failed"
 
@@ -117,7 +117,7 @@ class LiveSession:
     the session ended, :data:`FINISHED` or :data:`FINAL_PASS_FAILED`)."""
 
     def __init__(self, send: Callable[[Any], Awaitable[None]], engine, vad_factory: Callable[[], Any],
-                 max_frame_chars: int = 1 << 20, metrics=None, max_kept_s: float = DEFAULT_MAX_KEPT_S):
+                 max_frame_chars: int = 1 << 20, metrics=None, max_kept_s: float = DEFAULT_LIVE_MAX_SESSION_S):
         self._send = send
         self.metrics = metrics
         self.max_kept_s = max_kept_s
