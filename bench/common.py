@@ -67,15 +67,9 @@ def setup_env() -> None:
 def normalize(text: str) -> str:
     """The attribution evaluation's text normalization (speaker_asr/testing/scoring.py): lowercase, quotes
     straightened, dashes split, punctuation dropped, a few abbreviations spelled out."""
-    import importlib.util
+    from speaker_asr.testing.scoring import normalize_text
 
-    spec = importlib.util.spec_from_file_location("_eval_metrics", ROOT / "eval" / "metrics.py")
-    module = sys.modules.get(spec.name)
-    if module is None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return " ".join(module.normalize_text(text))
+    return " ".join(normalize_text(text))
 
 
 def wer(reference: Optional[str], hypothesis: str) -> Optional[float]:

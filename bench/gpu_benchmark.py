@@ -688,7 +688,7 @@ def sec_together(rig, args, device, budget) -> dict:
     iters = max(1, args.iters - 1)
     if budget.left() >= 60:
         asr = rig.handler("asr")
-        asr.asr.max_new_tokens = h.models.asr.max_new_tokens
+        asr.models.asr.max_new_tokens = h.models.asr.max_new_tokens
         r = timed_requests(asr, audio, {"batch_size": 24, "return_word_timestamps": True}, device, iters)
         out["asr alone"] = {**r, "rtf": r["s"] / seconds}
     if budget.left() >= 45:
