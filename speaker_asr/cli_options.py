@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-speakers", type=_positive_int, metavar="N", help="exact number of speakers")
     t.add_argument("--min-speakers", type=_positive_int, metavar="N", help="at least N speakers")
     t.add_argument("--max-speakers", type=_positive_int, metavar="N", help="at most N speakers")
+    t.add_argument("--multichannel", action="store_true",
+                   help="each channel is one speaker (a stereo call, a track per person): each "
+                        "channel transcribed on its own, a word heard on several kept where it is "
+                        "loudest, the speakers CHANNEL_0, CHANNEL_1, ... (request multichannel)")
+    t.add_argument("--diarize-channels", action="store_true",
+                   help="with --multichannel: also find the speakers within each channel "
+                        "(request diarize_channels)")
     t.add_argument("--language", metavar="xx", help="Whisper language code or name (default: detect)")
     t.add_argument("--task", choices=TASKS, help=f"default: {TASKS[0]}")
     t.add_argument("--assisted", action="store_true",
@@ -164,6 +171,9 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
         params["assisted"] = True
     if getattr(args, "word_timestamps", False):
         params["return_word_timestamps"] = True
+    for name in ("multichannel", "diarize_channels"):
+        if getattr(args, name, False):
+            params[name] = True
     if args.param:
         from speaker_asr.serving.negotiation import parameters_from_text
 

@@ -50,6 +50,9 @@ MAX_PROMPT_CHARS = 800
 MAX_KNOWN_SPEAKERS = 8
 MIN_REFERENCE_SECONDS = 2.0
 MAX_REFERENCE_SECONDS = 30.0
+# multichannel: the most channels one recording may have (each is decoded and transcribed on its
+# own: a 16-channel hour holds 3.7 GB of samples and costs 16 hours' ASR at most)
+MAX_CHANNELS = 16
 @dataclass(frozen=True)
 class ModelCapabilities:
     """What the loaded models can do; request validation depends on it."""
@@ -138,6 +141,17 @@ class InferenceConfig(BaseModel):
     return_speaker_embeddings: bool = Field(
         False, description="include each speaker's voice embedding (and each reference clip's) in "
                            "the response, to match speakers across files")
+    multichannel: bool = Field(
+        False, description="each channel is one speaker (a stereo call, one track or microphone "
+                           f"per person; 2 to {MAX_CHANNELS} channels): each channel is transcribed "
+                           "on its own, every word carries its channel, a word heard on several "
+                           "channels is kept once (on the one where it is loudest), and the "
+                           "speakers are the channels (CHANNEL_0, CHANNEL_1, ...; speaker_names name "
+                           "them in channel order)")
+    diarize_channels: bool = Field(
+        False, description="with multichannel: also find the speakers within each channel (a "
+                           "speakerphone side of a call); labels CHANNEL_0_SPEAKER_00, ... "
+                           "num_speakers / max_speakers then count every channel's speakers")
     hallucination_filter: bool = Field(
         True, description="remove runs of 4+ words that Whisper wrote with no audio under them "
                           "(word times of zero length: repeated text after the speech); named in "
@@ -204,6 +218,12 @@ class InferenceConfig(BaseModel):
             raise ValueError("assisted decoding is greedy: the first temperature must be 0")
         if self.speaker_names is not None:
             validate_speaker_names(self.speaker_names)
+        if self.diarize_channels and not self.multichannel:
+            raise ValueError("diarize_channels applies to multichannel recordings: set "
+                             "multichannel=true too (or leave diarize_channels out)")
+        if self.diarize_channels and not caps.has_diarization:
+            raise ValueError("diarize_channels needs speaker diarization: set DIARIZATION_MODEL "
+                             f"(e.g. {DEFAULT_DIARIZATION_MODEL}) when starting the endpoint")
         self._check_known_speakers(caps)
         if self.language is not None:
             code = normalize_language(self.language, caps)
@@ -248,6 +268,51 @@ class InferenceConfig(BaseModel):
                 raise ValueError(f"known_speaker_references[{i}] (for {clean[i]!r}) is not a usable "
                                  "voice embedding: expected a non-empty list of finite numbers")
         object.__setattr__(self, "known_speaker_names", clean)
+
+    def check_channels(self, count: int) -> None:
+        """With ``multichannel``: RequestError when a recording of ``count`` channels cannot be
+        transcribed as asked (mono; more than :data:`MAX_CHANNELS`; a speaker count that
+        contradicts one speaker per channel, or with ``diarize_channels`` at least one)."""
+        if not self.multichannel:
+            return
+        if count < 2:
+            raise RequestError(
+                f"multichannel=true needs a recording with 2 or more channels (one per speaker); this "
+                f"one has {count} channel{'s' if count != 1 else ''} (mono): leave multichannel out "
+                "to find its speakers by voice, or send the multichannel original", param="multichannel")
+        if count > MAX_CHANNELS:
+            raise RequestError(f"the recording has {count} channels; multichannel takes at most "
+                               f"{MAX_CHANNELS}", param="multichannel")
+        plural = f"{count} channels"
+        if self.diarize_channels:
+            for name in ("num_speakers", "max_speakers"):
+                value = getattr(self, name)
+                if value is not None and value < count:
+                    raise RequestError(
+                        f"{name}={value} conflicts with multichannel: the recording has {plural}, "
+                        f"each with at least one speaker (with diarize_channels, {name} counts "
+                        f"every channel's speakers: give {count} or more)", param=name)
+            return
+        wrong = [(name, value) for name, value, ok in (
+            ("num_speakers", self.num_speakers, lambda v: v == count),
+            ("min_speakers", self.min_speakers, lambda v: v <= count),
+            ("max_speakers", self.max_speakers, lambda v: v >= count)) if value is not None and not ok(value)]
+        if wrong:
+            name, value = wrong[0]
+            raise RequestError(
+                f"{name}={value} conflicts with multichannel: the recording has {plural}, one "
+                f"speaker each (leave {name} out, or set diarize_channels=true for channels that "
+                "hold several people)", param=name)
+
+    def channel_speakers(self, count: int) -> dict[str, int]:
+        """With ``diarize_channels``: the speaker counts one channel's diarization gets, out of a
+        recording of ``count`` channels (every other channel holds at least one speaker)."""
+        bounds = {}
+        if self.num_speakers is not None:
+            bounds["max_speakers"] = self.num_speakers - (count - 1)
+        elif self.max_speakers is not None:
+            bounds["max_speakers"] = self.max_speakers - (count - 1)
+        return bounds
 
     def assist_eligible(self, duration_s: float, has_assistant: bool) -> bool:
         """Whether assisted and plain decoding are interchangeable for this request (see

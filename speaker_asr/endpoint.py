@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Optional
 
 from speaker_asr.audio.inputs import preprocess_inputs, unwrap_json_body
-from speaker_asr.config import InferenceConfig
+from speaker_asr.config import MAX_CHANNELS, InferenceConfig
 from speaker_asr.settings import ModelSettings
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import render_response
@@ -85,9 +85,12 @@ class EndpointHandler:
         config = InferenceConfig.from_request(data.get("parameters"), self.models.capabilities)
         try:
             audio = preprocess_inputs(data.get("inputs"),
-                                      max_duration_s=self.models.settings.max_audio_seconds)
+                                      max_duration_s=self.models.settings.max_audio_seconds,
+                                      channels=config.multichannel, max_channels=MAX_CHANNELS)
         except RequestError as exc:
             exc.param = exc.param or "inputs"
             raise
+        if config.multichannel:
+            config.check_channels(audio.shape[0])
         # one recording at a time: Models.transcribe holds the models' lock
         return config, self.models.transcribe(audio, config, on_start=on_start, progress=progress)

@@ -255,7 +255,11 @@ class Models:
         and embedded (a bad one refused before any decoding; ``on_start`` called after), the ASR
         beside the diarization, every word given a speaker, the known speakers named.
         ``progress`` hears the ASR's windows (on this thread) and the diarization's steps (on its
-        own, at the same time): it must be thread-safe (``progress.RequestProgress`` is)."""
+        own, at the same time): it must be thread-safe (``progress.RequestProgress`` is).
+        ``config.multichannel``: ``audio`` is ``(channels, samples)``, each channel a speaker
+        (:meth:`_transcribe_channels`)."""
+        if config.multichannel:
+            return self._transcribe_channels(audio, config, on_start)
         with self.lock:
             references = self._on_diarization_thread_wait(reference_voices, self._voice_model(), config)
             if on_start is not None:
@@ -369,6 +373,108 @@ class Models:
             seconds["diarization"] = time.perf_counter() - started
         self.warm_up_seconds = seconds
         return seconds
+
+    # -- channels as speakers -----------------------------------------------------------------
+
+    def _transcribe_channels(self, audio: np.ndarray, config: InferenceConfig,
+                             on_start: Optional[Callable[[], None]] = None) -> Result:
+        """``multichannel``: each channel of ``audio`` (``(channels, samples)``) transcribed on its
+        own (a silent one skipped), its words given its label (``diarize_channels``: the
+        speakers its own diarization finds, on the diarization thread beside the ASR), and every
+        word kept once, on the channel whose voice it is (attribution/channels.py)."""
+        from speaker_asr.attribution import channels as ch
+
+        count = audio.shape[0]
+        config.check_channels(count)
+        duration = audio.shape[1] / SAMPLE_RATE
+        energy = ch.frame_energy(audio, SAMPLE_RATE)
+        silent = set(ch.silent_channels(energy))
+        heard = [c for c in range(count) if c not in silent]
+        per_channel_config = config.model_copy(update=config.channel_speakers(count))
+        with self.lock:
+            references = self._on_diarization_thread_wait(reference_voices, self._voice_model(), config)
+            if on_start is not None:
+                on_start()
+            with_voices = references is not None or config.return_speaker_embeddings
+            found: dict[int, Diarization] = {}
+            pending = None
+            if config.diarize_channels and heard:
+                pending = self.on_diarization_thread(lambda: {
+                    c: self.diarizer.diarize(audio[c], per_channel_config, with_voices) for c in heard})
+            try:
+                transcripts = {c: self.asr.transcribe(audio[c], config, word_timestamps=True)
+                               for c in heard}
+            finally:
+                if pending is not None:
+                    wait([pending])
+            if pending is not None:
+                try:
+                    found = pending.result()
+                except Exception as exc:  # a fault in the model: the channels still say who spoke
+                    logger.exception("diarization failed")
+                    found = {c: Diarization(error=type(exc).__name__) for c in heard}
+        warnings = [ch.silent_channel_warning(c) for c in sorted(silent)]
+        results: list[Optional[Result]] = [None] * count
+        voices: dict[str, Optional[list[float]]] = {}
+        for c in heard:
+            warnings += [f"channel {c}: {w}" for w in failure_warnings(transcripts[c], found.get(c))]
+            speakers = self._channel_speakers(c, duration, found.get(c))
+            results[c] = attribute(transcripts[c], duration, speakers, with_words=True)
+            if speakers.voices:
+                voices.update(speakers.voices)
+        segments = ch.joined_segments([r.segments if r else [] for r in results], ch.frame_db(energy),
+                                      lambda c, t: ch.label_at(results[c].segments if results[c] else [],
+                                                               c, t))
+        for c in heard:
+            if not any(s.channel == c for s in segments):
+                warnings.append(ch.only_bleed_warning(c))
+        if not config.return_word_timestamps:
+            segments = [replace(s, words=[]) for s in segments]
+        spoken = [r for r in results if r is not None]
+        result = Result(
+            text="".join(s.text for s in segments).strip(), segments=segments,
+            language=max(spoken, key=lambda r: sum(len(s.words) or 1 for s in r.segments)).language
+            if spoken else (config.language if self.asr.multilingual else "en"),
+            duration=round(duration, 3), alignment=spoken[0].alignment if spoken else "word",
+            diarized=True, with_words=config.return_word_timestamps,
+            assisted=spoken[0].assisted if spoken else None, channels=count,
+            speaker_order=ch.channel_order(count, segments, config.diarize_channels))
+        if with_voices:
+            if not config.diarize_channels:
+                voices = {ch.channel_label(c): self._channel_voice(audio[c], c, segments) for c in heard}
+            threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
+                         else self.settings.speaker_match_threshold)
+            result = name_known_speakers(result, voices, references, threshold,
+                                         config.return_speaker_embeddings)
+        return replace(result, warnings=warnings)
+
+    @staticmethod
+    def _channel_speakers(channel: int, duration: float, found: Optional[Diarization]) -> Diarization:
+        """Who speaks on one channel: the channel itself, the whole time (no diarization asked
+        for, or it failed), else the speakers its diarization found, labelled by channel."""
+        from speaker_asr.attribution.channels import channel_label, channel_speaker_label
+        from speaker_asr.types import Turn
+
+        if found is None or found.error is not None or not found.turns:
+            whole = [Turn(0.0, duration, channel_label(channel))]
+            return Diarization(whole, whole)
+
+        def label(t: Turn) -> Turn:
+            return Turn(t.start, t.end, channel_speaker_label(channel, t.speaker))
+
+        return Diarization([label(t) for t in found.turns],
+                           None if found.exclusive_turns is None else [label(t) for t in found.exclusive_turns],
+                           {channel_speaker_label(channel, k): v for k, v in found.voices.items()})
+
+    def _channel_voice(self, samples: np.ndarray, channel: int, segments: list) -> Optional[list[float]]:
+        """The voice of one channel's speaker: its kept words' audio embedded (None: too little)."""
+        spans = [(w.start, w.end) for s in segments if s.channel == channel
+                 for w in (s.words or [s]) if w.start is not None and w.end is not None]
+        if not spans:
+            return None
+        own = np.concatenate([samples[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)] for a, b in spans])
+        vector = self.embed(own) if own.size else None
+        return None if vector is None else [float(x) for x in vector]
 
     # -- inside -------------------------------------------------------------------------------
 

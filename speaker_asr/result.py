@@ -38,6 +38,7 @@ class SpeakerTurn:
     start: float
     end: float
     words: list[Word] = field(default_factory=list)
+    channel: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,11 @@ class Result:
     known_speakers: list[KnownSpeaker] = field(default_factory=list)
     speaker_embeddings: Optional[dict[str, Optional[list[float]]]] = None
     assisted: Optional[AssistDecision] = None
+    #: multichannel: the recording's number of channels (segments and words carry theirs)
+    channels: Optional[int] = None
+    #: the labels ``speaker_names`` names, in order, where that is not first appearance (a
+    #: multichannel transcript: channel order, a silent channel's label included)
+    speaker_order: Optional[tuple[str, ...]] = None
 
     # ----------------------------------------------------------------------------- speakers
 
@@ -117,7 +123,9 @@ class Result:
         return replace(
             self,
             segments=[replace(s, speaker=name(s.speaker), words=words(s.words)) for s in self.segments],
-            speaker_embeddings=None if voices is None else {name(k): v for k, v in voices.items()})
+            speaker_embeddings=None if voices is None else {name(k): v for k, v in voices.items()},
+            speaker_order=None if self.speaker_order is None
+            else tuple(name(k) for k in self.speaker_order))
 
     def shifted(self, seconds: float) -> "Result":
         """The result with every time ``seconds`` later (segments and words; ``duration`` stays
@@ -160,11 +168,12 @@ class Result:
         out: dict[str, Any] = {
             "text": self.text,
             "chunks": [self._chunk_json(s) for s in self.segments],
-            "speakers": [{"speaker": t.speaker, "text": t.text, "timestamp": [t.start, t.end]}
-                         for t in self.speaker_turns],
+            "speakers": [self._turn_json(t) for t in self.speaker_turns],
             "language": self.language,
             "duration": self.duration,
         }
+        if self.channels is not None:
+            out["channels"] = self.channels
         if self.alignment is not None:
             out["alignment"] = self.alignment
         return {**out, **self.notes_json()}
@@ -191,10 +200,18 @@ class Result:
             out["warnings"] = list(self.warnings)
         return out
 
+    def _turn_json(self, t: SpeakerTurn) -> dict[str, Any]:
+        out: dict[str, Any] = {"speaker": t.speaker, "text": t.text, "timestamp": [t.start, t.end]}
+        if self.channels is not None:
+            out["channel"] = t.channel
+        return out
+
     def _chunk_json(self, seg: Segment) -> dict[str, Any]:
         chunk: dict[str, Any] = {"text": seg.text, "timestamp": [seg.start, seg.end]}
         if self.diarized:
             chunk["speaker"] = seg.speaker
+        if self.channels is not None:
+            chunk["channel"] = seg.channel
         if self.with_words:
             chunk["words"] = [self._word_json(w) for w in seg.words]
         return chunk
@@ -203,6 +220,8 @@ class Result:
         out: dict[str, Any] = {"word": w.text, "start": w.start, "end": w.end}
         if self.diarized:
             out["speaker"] = w.speaker
+        if self.channels is not None:
+            out["channel"] = w.channel
         if w.overlap:
             out["overlap"] = list(w.overlap)
         return out
@@ -230,8 +249,10 @@ class Result:
         from the chunks, as :meth:`to_json` wrote them."""
         chunks = [c for c in response.get("chunks") or [] if isinstance(c, dict)]
         segments = [Segment(_text(c.get("text")), *_span(c), c.get("speaker"),
-                            [_word(w, c.get("speaker")) for w in c.get("words") or []
-                             if isinstance(w, dict)]) for c in chunks]
+                            [_word(w, c.get("speaker"), _channel(c.get("channel")))
+                             for w in c.get("words") or [] if isinstance(w, dict)],
+                            _channel(c.get("channel"))) for c in chunks]
+        channels = _channel(response.get("channels"))
         entries = [e for e in response.get("speakers") or [] if isinstance(e, dict)]
         diarized = bool(entries) or any("speaker" in c for c in chunks)
         voices = response.get("speaker_embeddings")
@@ -246,7 +267,8 @@ class Result:
                             for k in response.get("known_speakers") or [] if isinstance(k, dict)],
             speaker_embeddings={k: _vector(v) for k, v in voices.items()}
             if isinstance(voices, dict) else None,
-            assisted=_assisted(response.get("assisted")))
+            assisted=_assisted(response.get("assisted")), channels=channels,
+            speaker_order=None if channels is None else _channel_order(segments))
 
 
 def speaker_turns(segments: Sequence[Segment]) -> list[SpeakerTurn]:
@@ -259,7 +281,8 @@ def speaker_turns(segments: Sequence[Segment]) -> list[SpeakerTurn]:
         else:
             runs.append([seg])
     return [SpeakerTurn(run[0].speaker, "".join(s.text for s in run).strip(), run[0].start,
-                        max(s.end for s in run), [w for s in run for w in s.words]) for run in runs]
+                        max(s.end for s in run), [w for s in run for w in s.words], run[0].channel)
+            for run in runs]
 
 
 # --------------------------------------------------------------------------- reading JSON
@@ -288,10 +311,28 @@ def _span(item: dict) -> tuple[float, float]:
     return start, end
 
 
-def _word(word: dict, speaker: Any) -> Word:
+def _word(word: dict, speaker: Any, channel: Optional[int] = None) -> Word:
+    own = _channel(word.get("channel"))
     return Word(_text(word.get("word")), _num(word.get("start")), _num(word.get("end")),
                 word.get("speaker", speaker),
-                [s for s in word.get("overlap") or [] if isinstance(s, str)])
+                [s for s in word.get("overlap") or [] if isinstance(s, str)],
+                own if own is not None else channel)
+
+
+def _channel(value: Any) -> Optional[int]:
+    """A channel index or count: a non-negative int, None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _channel_order(segments: Sequence[Segment]) -> tuple[Any, ...]:
+    """A multichannel response's speakers in channel order (within a channel, by first
+    appearance), as ``speaker_names`` names them."""
+    first: dict[Any, tuple[int, float]] = {}
+    for seg in segments:
+        if seg.speaker is not None:
+            key = (seg.channel if seg.channel is not None else 1 << 30, seg.start)
+            first[seg.speaker] = min(first.get(seg.speaker, key), key)
+    return tuple(sorted(first, key=lambda speaker: first[speaker]))
 
 
 def _assisted(value: Any) -> Optional[AssistDecision]:

@@ -26,26 +26,30 @@ from typing import Optional
 @dataclass
 class Word:
     """A stretch of transcript with times in seconds and, after attribution, a speaker and the
-    other speakers talking while it is said (``overlap``; most words: none)."""
+    other speakers talking while it is said (``overlap``; most words: none); in a multichannel
+    transcript, the channel it was heard on (0-based; None otherwise)."""
 
     text: str
     start: Optional[float]
     end: Optional[float]
     speaker: Optional[str] = None
     overlap: list[str] = field(default_factory=list)
+    channel: Optional[int] = None
 
 
 @dataclass
 class Segment:
     """A stretch of transcript made of words: one of Whisper's segments as the ASR returns it
     (text and times, either time may be missing), or after attribution one speaker's words inside
-    one of those segments (with ``speaker`` and ``words``)."""
+    one of those segments (with ``speaker`` and ``words``); in a multichannel transcript, its
+    channel."""
 
     text: str
     start: Optional[float]
     end: Optional[float]
     speaker: Optional[str] = None
     words: list[Word] = field(default_factory=list)
+    channel: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""Audio bytes -> 16 kHz mono float32, decoded once and shared by ASR and diarization.
+"""Audio bytes -> 16 kHz mono float32 (or, for ``multichannel``, one row per channel), decoded
+once and shared by ASR and diarization.
 
 libsndfile (soundfile) reads WAV in any encoding (PCM 8/16/24/32, float, mu-law, A-law), FLAC,
 Ogg Vorbis/Opus and MP3 without ffmpeg. Everything else (m4a/AAC, webm, AMR, ...) and anything
 libsndfile refuses goes through the ``ffmpeg`` command when it is installed. Stereo and
-multi-channel audio is averaged to mono; any sample rate is resampled (polyphase filter). There
+multi-channel audio is averaged to mono unless the channels are asked for (``channels=True``:
+each channel its own row, none averaged); any sample rate is resampled (polyphase filter). There
 is deliberately no ``sampling_rate`` parameter: the rate comes from the file, so ASR and
 diarization can never disagree about time. No torch import.
 """
@@ -37,23 +39,43 @@ ACCEPTED = ("WAV (PCM, float, mu-law, A-law), FLAC, MP3, Ogg Vorbis/Opus; with f
             "also M4A/AAC, WebM, AMR and most other audio containers")
 
 
-def _finish(audio: np.ndarray, sr: int) -> np.ndarray:
-    """Mono, finite, 16 kHz, within [-1, 1]; works in place on ``audio`` (the decoder's own
-    buffer), so a long recording is held once more at most while it is downmixed or resampled."""
-    if audio.ndim == 2:
-        audio = audio.mean(axis=1, dtype=np.float32) if audio.shape[1] > 1 else audio[:, 0]
-    audio = audio.astype(np.float32, copy=False)
-    for start in range(0, len(audio), 1 << 20):  # in place, a piece at a time: numpy's temporaries stay small
-        np.nan_to_num(audio[start:start + (1 << 20)], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    audio = resample(audio, sr, SAMPLE_RATE)
-    # float WAVs may hold values far outside [-1, 1]; keep the waveform in range
-    peak = max(float(audio.max()), -float(audio.min())) if audio.size else 0.0
+def _finish(audio: np.ndarray, sr: int, channels: bool = False) -> np.ndarray:
+    """Mono (``channels``: ``(channels, samples)``, every channel kept), finite, 16 kHz, within
+    [-1, 1]; works in place on ``audio`` (the decoder's own buffer, ``(samples, channels)``), so a
+    long recording is held once more at most while it is downmixed or resampled."""
+    if audio.ndim == 1:
+        audio = audio[:, None]
+    if channels:
+        rows = [_finite_16k(np.ascontiguousarray(audio[:, c]), sr) for c in range(audio.shape[1])]
+        out = np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+    else:
+        mono = audio.mean(axis=1, dtype=np.float32) if audio.shape[1] > 1 else audio[:, 0]
+        out = _finite_16k(mono, sr)
+    # float WAVs may hold values far outside [-1, 1]; keep the waveform in range (one gain for
+    # every channel: their levels relative to each other say whose voice is where)
+    peak = max(float(out.max()), -float(out.min())) if out.size else 0.0
     if peak > 1.0:
-        audio /= peak
-    return np.ascontiguousarray(audio, dtype=np.float32)
+        out /= peak
+    return np.ascontiguousarray(out, dtype=np.float32)
 
 
-def _decode_soundfile(data: bytes, max_duration_s: Optional[float]) -> Optional[np.ndarray]:
+def _finite_16k(audio: np.ndarray, sr: int) -> np.ndarray:
+    """One channel, float32, NaN and infinities zeroed (in place, a piece at a time: numpy's
+    temporaries stay small), at 16 kHz."""
+    audio = audio.astype(np.float32, copy=False)
+    for start in range(0, len(audio), 1 << 20):
+        np.nan_to_num(audio[start:start + (1 << 20)], copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return resample(audio, sr, SAMPLE_RATE)
+
+
+def _check_channels(count: int, max_channels: Optional[int]) -> None:
+    if max_channels is not None and count > max_channels:
+        raise AudioDecodeError(f"the recording has {count} channels; multichannel takes at most "
+                               f"{max_channels}")
+
+
+def _decode_soundfile(data: bytes, max_duration_s: Optional[float], channels: bool = False,
+                      max_channels: Optional[int] = None) -> Optional[np.ndarray]:
     import soundfile as sf
 
     try:
@@ -63,6 +85,8 @@ def _decode_soundfile(data: bytes, max_duration_s: Optional[float]) -> Optional[
                 raise AudioDecodeError(f"the audio header declares an implausible sample rate ({sr} Hz); "
                                        f"accepted: {MIN_RATE} to {MAX_RATE} Hz")
             frames = f.frames
+            if channels:
+                _check_channels(f.channels, max_channels)
             if max_duration_s is not None and frames > 0 and frames / sr > max_duration_s:
                 raise AudioDecodeError(
                     f"audio is {frames / sr:.1f} s long; the limit is {max_duration_s:.0f} s")
@@ -86,10 +110,11 @@ def _decode_soundfile(data: bytes, max_duration_s: Optional[float]) -> Optional[
         raise
     except Exception:  # libsndfile refused the format or the data is damaged: try ffmpeg
         return None
-    return _finish(audio[:total], sr)
+    return _finish(audio[:total], sr, channels)
 
 
-def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
+def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float], channels: bool = False,
+                   max_channels: Optional[int] = None) -> np.ndarray:
     ffmpeg = shutil.which("ffmpeg")
     if ffmpeg is None:
         raise AudioDecodeError(
@@ -101,10 +126,12 @@ def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
         path = tmp.name
     try:
         cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", path, "-map", "0:a:0",
-               "-vn", "-ac", "1", "-ar", str(SAMPLE_RATE), "-f", "f32le"]
+               "-vn", "-ar", str(SAMPLE_RATE)]
+        # the channels kept: a float WAV in a file (its header says how many); else mono samples
+        cmd += ["-c:a", "pcm_f32le", "-f", "wav", "-y"] if channels else ["-ac", "1", "-f", "f32le"]
         if max_duration_s is not None:
             cmd += ["-t", f"{max_duration_s + 1:.3f}"]
-        cmd.append("pipe:1")
+        cmd.append(path + ".wav" if channels else "pipe:1")
         try:
             # its own session: a Ctrl-C meant for a batch run (which finishes the recording in hand)
             # must not kill the decoder under it
@@ -112,35 +139,47 @@ def _decode_ffmpeg(data: bytes, max_duration_s: Optional[float]) -> np.ndarray:
                                   start_new_session=True)
         except subprocess.TimeoutExpired:
             raise AudioDecodeError(f"decoding the audio took longer than {FFMPEG_TIMEOUT_S} s") from None
+        if proc.returncode != 0:
+            reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            reason = reason[-1] if reason else f"ffmpeg exit code {proc.returncode}"
+            reason = reason.replace(path, "<input>")
+            raise AudioDecodeError(f"could not decode the audio ({reason}); accepted: {ACCEPTED}")
+        if channels:
+            import soundfile as sf
+
+            with sf.SoundFile(path + ".wav") as f:
+                _check_channels(f.channels, max_channels)
+                audio = f.read(dtype="float32", always_2d=True)
+        else:
+            audio = np.frombuffer(proc.stdout, dtype="<f4").copy()
     finally:
-        os.unlink(path)
-    if proc.returncode != 0:
-        reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        reason = reason[-1] if reason else f"ffmpeg exit code {proc.returncode}"
-        reason = reason.replace(path, "<input>")
-        raise AudioDecodeError(f"could not decode the audio ({reason}); accepted: {ACCEPTED}")
-    audio = np.frombuffer(proc.stdout, dtype="<f4")
-    if max_duration_s is not None and audio.size > max_duration_s * SAMPLE_RATE:
+        for leftover in (path, path + ".wav"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+    if max_duration_s is not None and len(audio) > max_duration_s * SAMPLE_RATE:
         raise AudioDecodeError(f"audio is longer than the limit of {max_duration_s:.0f} s")
-    return _finish(audio.copy(), SAMPLE_RATE)
+    return _finish(audio, SAMPLE_RATE, channels)
 
 
-def decode_audio(data: bytes, max_duration_s: Optional[float] = None) -> np.ndarray:
-    """Decode audio file bytes to 16 kHz mono float32 in [-1, 1].
+def decode_audio(data: bytes, max_duration_s: Optional[float] = None, channels: bool = False,
+                 max_channels: Optional[int] = None) -> np.ndarray:
+    """Decode audio file bytes to 16 kHz mono float32 in [-1, 1]; ``channels``: every channel
+    kept, shape ``(channels, samples)`` (a mono file gives one row), refused beyond
+    ``max_channels`` before the samples are read where the header says.
 
     Raises :class:`AudioDecodeError` (a :class:`~speaker_asr.errors.RequestError`) when the bytes are not decodable audio or
     the audio is longer than ``max_duration_s``.
     """
     if not data:
         raise AudioDecodeError("no audio: the input is empty")
-    audio = _decode_soundfile(data, max_duration_s)
+    audio = _decode_soundfile(data, max_duration_s, channels, max_channels)
     if audio is None:
-        audio = _decode_ffmpeg(data, max_duration_s)
+        audio = _decode_ffmpeg(data, max_duration_s, channels, max_channels)
     elif audio.size == 0 and len(data) > 4096:
         # a header that claims no samples in front of real data (a recorder that never finalised
         # its WAV header): ffmpeg reads on to the end of the file
         try:
-            audio = _decode_ffmpeg(data, max_duration_s)
+            audio = _decode_ffmpeg(data, max_duration_s, channels, max_channels)
         except AudioDecodeError:
             pass
     return audio

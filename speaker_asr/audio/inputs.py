@@ -91,6 +91,8 @@ def unwrap_json_body(data: dict) -> dict:
     return {"inputs": body["inputs"], "parameters": parameters}
 
 
-def preprocess_inputs(inputs: Any, max_duration_s: Optional[float] = None) -> np.ndarray:
-    """``data["inputs"]`` -> 16 kHz mono float32 audio."""
-    return decode_audio(input_bytes(inputs), max_duration_s=max_duration_s)
+def preprocess_inputs(inputs: Any, max_duration_s: Optional[float] = None, channels: bool = False,
+                      max_channels: Optional[int] = None) -> np.ndarray:
+    """``data["inputs"]`` -> 16 kHz mono float32 audio (``channels``: one row per channel)."""
+    return decode_audio(input_bytes(inputs), max_duration_s=max_duration_s, channels=channels,
+                        max_channels=max_channels)

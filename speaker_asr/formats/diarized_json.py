@@ -16,34 +16,39 @@ from typing import Any, Optional
 from ._common import Options, closing_fields, times, transcript_text
 from speaker_asr.result import Result
 
-Part = tuple[float, float, str, Optional[str]]  # start, end, text, speaker
+Part = tuple[float, float, str, Optional[str], Optional[int]]  # start, end, text, speaker, channel
 
 
 def write(result: Result, options: Options) -> dict[str, Any]:
     out: dict[str, Any] = {"task": options.task, "duration": result.duration,
                            "text": transcript_text(result),
-                           "segments": [segment(i, p) for i, p in enumerate(turns_of(result))]}
+                           "segments": [segment(i, p, result.channels is not None)
+                                        for i, p in enumerate(turns_of(result))]}
     out.update(closing_fields(result, options))
     return out
 
 
 def turns_of(result: Result) -> list[Part]:
-    """(start, end, text, speaker) per speaker turn; without diarization per transcript segment
-    (speaker None). Parts without text are left out."""
+    """(start, end, text, speaker, channel) per speaker turn; without diarization per transcript
+    segment (speaker None). Parts without text are left out."""
     if result.diarized:
-        parts = [(t.start, t.end, t.text.strip(), t.speaker) for t in result.speaker_turns]
+        parts = [(t.start, t.end, t.text.strip(), t.speaker, t.channel) for t in result.speaker_turns]
     else:
-        parts = [(s.start, s.end, s.text.strip(), None) for s in result.segments]
+        parts = [(s.start, s.end, s.text.strip(), None, None) for s in result.segments]
     out, previous = [], 0.0
-    for start, end, text, speaker in parts:
+    for start, end, text, speaker, channel in parts:
         start, end = times(start, end, previous)
         previous = end
         if text:
-            out.append((start, end, text, speaker))
+            out.append((start, end, text, speaker, channel))
     return out
 
 
-def segment(i: int, part: Part) -> dict[str, Any]:
-    start, end, text, speaker = part
-    return {"type": "transcript.text.segment", "id": f"seg_{i}", "start": start, "end": end,
-            "text": text, "speaker": speaker}
+def segment(i: int, part: Part, with_channel: bool = False) -> dict[str, Any]:
+    """One ``transcript.text.segment``; ``with_channel`` (multichannel): its ``channel`` too."""
+    start, end, text, speaker, channel = part
+    out = {"type": "transcript.text.segment", "id": f"seg_{i}", "start": start, "end": end,
+           "text": text, "speaker": speaker}
+    if with_channel:
+        out["channel"] = channel
+    return out

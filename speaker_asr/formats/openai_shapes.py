@@ -85,7 +85,7 @@ def stream_events(result: Result, options: Options) -> list[dict[str, Any]]:
     for i, part in enumerate(diarized_json.turns_of(result)):
         events.append({"type": "transcript.text.delta", "delta": part[2] if i == 0 else " " + part[2],
                        "segment_id": f"seg_{i}"})
-        events.append(diarized_json.segment(i, part))
+        events.append(diarized_json.segment(i, part, result.channels is not None))
     events.append(done_event(result))
     return events
 
@@ -97,7 +97,7 @@ def done_event(result: Result, segments: bool = False) -> dict[str, Any]:
     event with all of it (speaker_asr/live/session.py)."""
     done: dict[str, Any] = {"type": "transcript.text.done", "text": transcript_text(result)}
     if segments:
-        done["segments"] = [diarized_json.segment(i, part)
+        done["segments"] = [diarized_json.segment(i, part, result.channels is not None)
                             for i, part in enumerate(diarized_json.turns_of(result))]
     notes = result.notes_json()
     for key in ("warnings", "known_speakers"):

@@ -84,6 +84,8 @@ def segments_of(result: Result, temperature: float) -> list[dict[str, Any]]:
             "text": seg.text, "tokens": [], "temperature": temperature,
             "avg_logprob": None, "compression_ratio": compression_ratio(seg.text),
             "no_speech_prob": None, "speaker": seg.speaker if result.diarized else None})
+        if result.channels is not None:
+            out[-1]["channel"] = seg.channel
     return out
 
 
@@ -101,6 +103,8 @@ def words_of(result: Result) -> list[dict[str, Any]]:
                 continue
             word: dict[str, Any] = {"word": text, "start": start, "end": end,
                                     "speaker": w.speaker if result.diarized else None}
+            if result.channels is not None:
+                word["channel"] = w.channel
             if w.overlap:
                 word["overlap"] = list(w.overlap)
             out.append(word)

@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""Channels as speakers on real meetings: ``multichannel=true`` against the default pipeline on the
+same audio downmixed.
+
+Each real meeting clip (``--meetings-dir``, ../shared/real-meetings' layout: ``audio.wav`` and
+AMI's word-level ``ref.words.json``) with two or more speakers becomes a recording with one
+channel per person: on channel k, the stretches where person k speaks (their words' reference
+times, padded by ``--pad`` seconds, faded in and out over 20 ms) are heard at full level and the
+rest of the meeting bleeds in at ``--bleed-db`` (default -20 dB). AMI's clips are the sum of the
+close-talking microphones, so where two people talk at once they cannot be pulled apart: the
+stretches where one person's word overlaps another's are cut out (silence on every channel) and
+those words left out of the references of both modes (the table counts them). The downmix is the
+mean of the channels.
+
+For each clip, the endpoint's own handler (in-process, the kit's models) transcribes:
+
+* ``multichannel``: the multichannel file with ``multichannel=true`` (the channels are the
+  speakers);
+* ``downmixed``: the downmix with the defaults (diarization finds the speakers, their number not
+  given).
+
+and each is scored against the reference words: WER, and WDER (speaker errors among the words
+aligned to the reference, speakers mapped one-to-one as the evaluation does). Pooled over the
+clips, with the words they rest on:
+
+    .venv/bin/python eval/multichannel.py --models-dir ~/.cache/real-models --meetings-dir ../shared/real-meetings
+
+``python -m speaker_asr.testing.kit DIR`` builds a tiny random stand-in for the models (a smoke
+run: meaningless numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SR = 16_000
+DEFAULT_MODELS = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
+DEFAULT_MEETINGS = Path(__file__).resolve().parents[1].parent / "shared" / "real-meetings"
+
+
+def read_wav(path: Path) -> np.ndarray:
+    import soundfile as sf
+
+    audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    if sr != SR:
+        raise SystemExit(f"{path}: expected {SR} Hz, got {sr}")
+    return audio.mean(axis=1)
+
+
+def wav_bytes(audio: np.ndarray) -> bytes:
+    """``(samples,)`` or ``(samples, channels)`` float audio as 16-bit PCM WAV."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, audio, SR, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def owners(words: list[dict], people: list[str], samples: int, pad: float) -> np.ndarray:
+    """Per sample, the index of the person speaking there (-1: nobody, -2: cut out): each word's
+    time, padded, given to its speaker unless an earlier word already holds it; the words that
+    overlap another person's cut out."""
+    owner = np.full(samples, -1, dtype=np.int16)
+    for w in words:  # in start order: where two people speak at once, the first keeps it
+        a, b = max(0, int((w["start"] - pad) * SR)), min(samples, int((w["end"] + pad) * SR))
+        piece = owner[a:b]
+        piece[piece == -1] = people.index(w["speaker"])
+    for w, cut in zip(words, overlapped(words)):
+        if cut:
+            owner[max(0, int(w["start"] * SR)):min(samples, int(w["end"] * SR))] = -2
+    return owner
+
+
+def overlapped(words: list[dict]) -> list[bool]:
+    """Whether each word overlaps a word of another person."""
+    return [any(o["speaker"] != w["speaker"] and o["start"] < w["end"] and w["start"] < o["end"]
+                for o in words) for w in words]
+
+
+def build(folder: Path, pad: float, bleed_db: float) -> tuple[np.ndarray, list[dict], list[str]]:
+    """The clip as ``(samples, channels)`` (one channel per person, in the order they first
+    speak), its reference words and the people."""
+    mix = read_wav(folder / "audio.wav")
+    words = sorted(json.loads((folder / "ref.words.json").read_text()), key=lambda w: w["start"])
+    people = list(dict.fromkeys(w["speaker"] for w in words))
+    bleed = 10.0 ** (bleed_db / 20.0)
+    owner = owners(words, people, len(mix), pad)
+    ramp = np.ones(int(0.02 * SR), dtype=np.float32) / int(0.02 * SR)
+    gains = [bleed + (1.0 - bleed) * np.clip(np.convolve((owner == k).astype(np.float32), ramp,
+                                                         mode="same"), 0.0, 1.0)
+             for k in range(len(people))]
+    kept = np.clip(np.convolve((owner != -2).astype(np.float32), ramp, mode="same"), 0.0, 1.0)
+    channels = np.stack([mix * g * kept for g in gains], axis=1)
+    return channels.astype(np.float32), words, people
+
+
+def tokens(words: list[dict]):
+    from speaker_asr.testing.scoring import RefToken, normalize_word
+
+    out = []
+    for i, w in enumerate(words):
+        for t in normalize_word(w["word"]):
+            out.append(RefToken(t, w["speaker"], i, "only"))
+    return out
+
+
+def hyp_tokens(response: dict):
+    from speaker_asr.testing.scoring import HypToken, normalize_word
+
+    out = []
+    for c in response.get("chunks", []):
+        for w in c.get("words", []):
+            for t in normalize_word(w["word"]):
+                out.append(HypToken(t, w.get("speaker"), w.get("start"), w.get("end")))
+    return out
+
+
+def score(ref, hyp) -> dict:
+    from speaker_asr.testing.scoring import wder_counts, wer_counts
+
+    w = wer_counts([t.text for t in ref], [t.text for t in hyp])
+    sp = wder_counts(ref, hyp)
+    return {"wer_errors": w.errors, "ref_words": len(ref), "spk_errors": sp.errors,
+            "spk_scored": sp.scored}
+
+
+def pct(num: int, den: int) -> str:
+    return f"{100.0 * num / den:.1f}" if den else "-"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS)
+    ap.add_argument("--meetings-dir", type=Path, default=DEFAULT_MEETINGS)
+    ap.add_argument("--model", default="whisper-tiny.en", help="the ASR model's folder in --models-dir")
+    ap.add_argument("--bleed-db", type=float, default=-20.0, help="the others' level on a person's channel")
+    ap.add_argument("--pad", type=float, default=0.15, help="seconds around a person's words on their channel")
+    ap.add_argument("--files", help="comma-separated clip folder names (default: every clip with 2+ speakers)")
+    ap.add_argument("--out", type=Path, help="write the table here too (markdown)")
+    args = ap.parse_args(argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
+    from speaker_asr.endpoint import EndpointHandler
+    from speaker_asr.settings import ModelSettings
+
+    folders = sorted(p for p in args.meetings_dir.iterdir() if (p / "ref.words.json").exists())
+    if args.files:
+        wanted = set(args.files.split(","))
+        folders = [p for p in folders if p.name in wanted]
+    if not folders:
+        raise SystemExit(f"no clips with ref.words.json in {args.meetings_dir}")
+    handler = EndpointHandler(settings=ModelSettings(
+        asr_model=str(args.models_dir / args.model),
+        diarization_model=str(args.models_dir / "pyannote-campp-3.1"), warmup=False))
+
+    def ask(audio: np.ndarray, **parameters) -> tuple[dict, float]:
+        started = time.perf_counter()
+        r = handler({"inputs": base64.b64encode(wav_bytes(audio)).decode(),
+                     "parameters": {"return_word_timestamps": True, **parameters}})
+        return r, time.perf_counter() - started
+
+    rows, totals = [], {m: {"wer_errors": 0, "ref_words": 0, "spk_errors": 0, "spk_scored": 0}
+                        for m in ("multichannel", "downmixed")}
+    for folder in folders:
+        channels, words, people = build(folder, args.pad, args.bleed_db)
+        if len(people) < 2:
+            continue
+        both = overlapped(words)
+        ref = tokens([w for w, o in zip(words, both) if not o])
+        multi, multi_s = ask(channels, multichannel=True)
+        mixed, mixed_s = ask(channels.mean(axis=1))
+        every_word_has_channel = all("channel" in w for c in multi["chunks"] for w in c.get("words", []))
+        row = {"file": folder.name.split("_")[1] if "_" in folder.name else folder.name,
+               "people": len(people), "seconds": round(len(channels) / SR, 1),
+               "overlapped": sum(both),
+               "channel on every word": every_word_has_channel}
+        for mode, r, s in (("multichannel", multi, multi_s), ("downmixed", mixed, mixed_s)):
+            counts = score(ref, hyp_tokens(r))
+            row[mode] = {**counts, "seconds": round(s, 2)}
+            for k in totals[mode]:
+                totals[mode][k] += counts[k]
+        rows.append(row)
+        print(f"{row['file']}: multichannel WDER {pct(row['multichannel']['spk_errors'], row['multichannel']['spk_scored'])} % "
+              f"downmixed {pct(row['downmixed']['spk_errors'], row['downmixed']['spk_scored'])} %",
+              file=sys.stderr, flush=True)
+
+    lines = [f"Channels as speakers: {len(rows)} real meeting clips, one channel per person, the "
+             f"others bleeding in at {args.bleed_db:g} dB; ASR {args.model}; words said over "
+             "another person's left out of both modes' scores", "",
+             "| file | people | s | words left out | WDER multichannel | WDER downmixed | WER multichannel | WER downmixed "
+             "| s multichannel | s downmixed | every word has a channel |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        m, d = r["multichannel"], r["downmixed"]
+        lines.append(f"| {r['file']} | {r['people']} | {r['seconds']} | {r['overlapped']} | "
+                     f"{pct(m['spk_errors'], m['spk_scored'])} ({m['spk_errors']}/{m['spk_scored']}) | "
+                     f"{pct(d['spk_errors'], d['spk_scored'])} ({d['spk_errors']}/{d['spk_scored']}) | "
+                     f"{pct(m['wer_errors'], m['ref_words'])} | {pct(d['wer_errors'], d['ref_words'])} | "
+                     f"{m['seconds']} | {d['seconds']} | {'yes' if r['channel on every word'] else 'NO'} |")
+    m, d = totals["multichannel"], totals["downmixed"]
+    lines.append(f"| **pooled** | | | {sum(r['overlapped'] for r in rows)} | **{pct(m['spk_errors'], m['spk_scored'])}** ({m['spk_errors']}/{m['spk_scored']}) | "
+                 f"**{pct(d['spk_errors'], d['spk_scored'])}** ({d['spk_errors']}/{d['spk_scored']}) | "
+                 f"{pct(m['wer_errors'], m['ref_words'])} | {pct(d['wer_errors'], d['ref_words'])} | | | |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""Channels as speakers (``multichannel``): each channel's transcript joined into one, every word
+kept once, on the channel whose voice it is.
+
+A recording that gives each person a channel (a stereo call, a track or microphone per person)
+says who spoke; it also lets everyone be heard on every channel: another person's voice bleeds
+into a microphone, more quietly, and Whisper transcribes it there too. Each word (or, without word
+times, each segment) is judged by the channels' levels over its time (10 ms frames,
+:func:`frame_energy`): over the frames of the word where anything is heard (within
+:data:`ACTIVE_RANGE_DB` of the word's loudest frame), the median of how much louder its channel is
+than the loudest other channel (:func:`dominance`). The median, not the mean: Whisper's word times
+stretch over pauses, and a word of bleed whose span happens to hold a syllable of the channel's
+own person is still mostly the other voice.
+
+* nothing heard on any channel there (below :data:`HEARD_DB`): made up over silence, dropped;
+* a median more than :data:`BLEED_DB` below another channel: that channel's voice bleeding in.
+  It is dropped where the louder channel has a word of its own at that time (its own transcript of
+  it), else moved there: a word belongs to the channel where it is loudest, and a channel whose
+  own transcript missed it (a decode that looped) still gets it;
+* the same word on another channel at the same time (:data:`SAME_WORD_S`): kept only where it is
+  louder (at a tie, on the lower channel);
+* anything else is the channel's own: two people talking at once are both kept, and so is a quiet
+  person talking over a loud one.
+
+No torch, no I/O: numpy over the channels' samples, and the transcript's records.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from speaker_asr.types import Segment
+
+FRAME_S = 0.01
+# the level of digital near-silence: a channel whose loudest half second is below it is silent
+SILENT_DB = -60.0
+SILENT_WINDOW_S = 0.5
+# a word over which no channel is this loud (the median of its frames) was made up over silence
+HEARD_DB = -75.0
+# a word's channel this many dB below another channel (the median over the word) heard that
+# channel's voice
+BLEED_DB = 12.0
+# the frames of a word that count: those within this many dB of its loudest frame (on any channel)
+ACTIVE_RANGE_DB = 30.0
+# a word of another channel covers a bleeding word's time when it overlaps at least this share of
+# it and is no longer than COVER_MAX_S (Whisper stretches a looping or misaligned word over seconds)
+COVER_SHARE = 0.5
+COVER_MAX_S = 1.5
+# a word is judged over its own time and this much on each side (word times from the alignment
+# heads can be a few frames early or late)
+PAD_S = 0.05
+# the same word on another channel: the same text, starting within this many seconds
+SAME_WORD_S = 0.5
+
+
+def channel_label(channel: int) -> str:
+    """The speaker label of a channel: ``CHANNEL_0``, ``CHANNEL_1``, ..."""
+    return f"CHANNEL_{channel}"
+
+
+def channel_speaker_label(channel: int, label: str) -> str:
+    """The label of a speaker found within a channel (``diarize_channels``):
+    ``CHANNEL_1_SPEAKER_00``."""
+    return f"{channel_label(channel)}_{label}"
+
+
+def frame_energy(channels: np.ndarray, rate: int) -> np.ndarray:
+    """The mean square of each channel's samples per :data:`FRAME_S` frame: ``(channels,
+    frames)`` float64 (the last partial frame left out)."""
+    hop = max(1, int(round(FRAME_S * rate)))
+    frames = channels.shape[1] // hop
+    out = np.empty((channels.shape[0], frames), dtype=np.float64)
+    for c in range(channels.shape[0]):  # one channel at a time: no second copy of the recording
+        x = channels[c, :frames * hop].astype(np.float64).reshape(frames, hop)
+        out[c] = np.einsum("ij,ij->i", x, x) / hop
+    return out
+
+
+def _db(power: np.ndarray) -> np.ndarray:
+    return 10.0 * np.log10(np.maximum(power, 1e-12))
+
+
+def silent_channels(energy: np.ndarray) -> list[int]:
+    """The channels whose loudest :data:`SILENT_WINDOW_S` is below :data:`SILENT_DB`: nothing to
+    transcribe (Whisper would only make something up)."""
+    width = max(1, int(round(SILENT_WINDOW_S / FRAME_S)))
+    silent = []
+    for c in range(energy.shape[0]):
+        row = energy[c]
+        if row.size >= width:
+            sums = np.convolve(row, np.ones(width), mode="valid") / width
+            loudest = float(sums.max())
+        else:
+            loudest = float(row.mean()) if row.size else 0.0
+        if _db(np.array(loudest)) < SILENT_DB:
+            silent.append(c)
+    return silent
+
+
+def frame_db(energy: np.ndarray) -> np.ndarray:
+    """:func:`frame_energy` in dB."""
+    return _db(energy)
+
+
+def _frames(levels: np.ndarray, start: float, end: float) -> np.ndarray:
+    """The frames of ``start``..``end`` seconds (at least one) where anything is heard: within
+    :data:`ACTIVE_RANGE_DB` of the loudest frame there on any channel; ``(channels, frames)``."""
+    first = max(0, int(np.floor(start / FRAME_S)))
+    last = max(first + 1, int(np.ceil(end / FRAME_S)))
+    first = min(first, max(0, levels.shape[1] - 1))
+    span = levels[:, first:last]
+    loudest = span.max(axis=0)
+    return span[:, loudest >= loudest.max() - ACTIVE_RANGE_DB]
+
+
+def dominance(levels: np.ndarray, channel: int, start: float, end: float,
+              other: Optional[int] = None) -> float:
+    """How many dB louder ``channel`` is than the loudest other channel (or than ``other``) over
+    ``start``..``end``: the median over the frames where anything is heard (``levels``:
+    :func:`frame_db`). Positive: its own voice; far below zero: another's bleeding in."""
+    span = _frames(levels, start, end)
+    if other is not None:
+        rival = span[other]
+    else:
+        rival = np.delete(span, channel, axis=0).max(axis=0)
+    return float(np.median(span[channel] - rival))
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"[^\w']+", "", text.lower())
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A word (or, without word times, a segment) heard on ``channel``: what is kept or
+    dropped."""
+
+    channel: int
+    text: str
+    start: float
+    end: float
+
+
+def _loudest_other(levels: np.ndarray, channel: int, start: float, end: float) -> int:
+    span = _frames(levels, start, end)
+    medians = np.median(span, axis=1)
+    medians[channel] = -np.inf
+    return int(np.argmax(medians))
+
+
+def _covers(o: Unit, u: Unit) -> bool:
+    length = o.end - o.start
+    shared = min(o.end, u.end) - max(o.start, u.start)
+    return length <= COVER_MAX_S and shared >= COVER_SHARE * max(u.end - u.start, FRAME_S)
+
+
+def _twins(o: Unit, u: Unit) -> bool:
+    """The same word at about the same time: the same text, starting within
+    :data:`SAME_WORD_S` or overlapping (each channel's decode times it its own way)."""
+    return _norm(o.text) == _norm(u.text) and (abs(o.start - u.start) <= SAME_WORD_S
+                                               or (o.start <= u.end and u.start <= o.end))
+
+
+def owners(units: Sequence[Unit], levels: np.ndarray) -> list[Optional[int]]:
+    """For each unit, the channel it belongs to: its own, another (a word of that channel's voice
+    that its own transcript missed), or None (dropped: bleed another channel has, a word heard
+    louder elsewhere, or nothing heard). See the module's docstring. ``levels``:
+    :func:`frame_db` of the channels."""
+    by_channel: dict[int, list[Unit]] = {}
+    for u in units:
+        by_channel.setdefault(u.channel, []).append(u)
+    out: list[Optional[int]] = []
+    for u in units:
+        start, end = u.start - PAD_S, u.end + PAD_S
+        if levels.shape[0] < 2:
+            out.append(u.channel)
+            continue
+        if float(np.median(_frames(levels, start, end), axis=1).max()) < HEARD_DB:
+            out.append(None)
+            continue
+        if dominance(levels, u.channel, start, end) < -BLEED_DB:
+            louder = _loudest_other(levels, u.channel, start, end)
+            covered = any(_covers(o, u) or _twins(o, u) for o in by_channel.get(louder, []))
+            out.append(None if covered else louder)
+            if not covered:  # another channel's copy of this word now finds it there
+                by_channel.setdefault(louder, []).append(replace(u, channel=louder))
+            continue
+        louder_twin = False
+        for c, others in by_channel.items():
+            if c == u.channel:
+                continue
+            for o in others:
+                if not _twins(o, u):
+                    continue
+                gap = dominance(levels, u.channel, min(start, o.start - PAD_S),
+                                max(end, o.end + PAD_S), other=c)
+                if gap < 0 or (gap == 0 and c < u.channel):
+                    louder_twin = True
+                    break
+            if louder_twin:
+                break
+        out.append(None if louder_twin else u.channel)
+    return out
+
+
+def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray,
+                    label: Callable[[int, float], Optional[str]]) -> list[Segment]:
+    """Every channel's attributed segments (speaker and, where timed, words set; channel by
+    position) joined in time order, each word (each segment without words) on the channel whose
+    voice it is (:func:`owners`; ``levels``: :func:`frame_db` of the channels); a segment's text
+    and times are its kept words'. A word moved to another channel forms a segment there (with
+    the words moved beside it) whose speaker is ``label(channel, time)``."""
+    units: list[Unit] = []
+    for c, segments in enumerate(per_channel):
+        for seg in segments:
+            for piece in (seg.words or [seg]):
+                units.append(Unit(c, piece.text, _time(piece.start, seg.start),
+                                  _time(piece.end, _time(seg.end, seg.start))))
+    owner = iter(owners(units, levels))
+    out: list[Segment] = []
+    for c, segments in enumerate(per_channel):
+        for seg in segments:
+            if not seg.words:
+                to = next(owner)
+                if to is not None:
+                    out.append(replace(seg, channel=to,
+                                       speaker=seg.speaker if to == c else label(to, _time(seg.start, 0.0))))
+                continue
+            runs: list[tuple[int, list]] = []  # consecutive words that go to one channel
+            for w in seg.words:
+                to = next(owner)
+                if to is None:
+                    continue
+                if runs and runs[-1][0] == to:
+                    runs[-1][1].append(w)
+                else:
+                    runs.append((to, [w]))
+            for to, words in runs:
+                speaker = seg.speaker if to == c else label(to, _time(words[0].start, 0.0))
+                kept = [replace(w, channel=to, speaker=speaker if to != c else w.speaker) for w in words]
+                out.append(replace(seg, text="".join(w.text for w in kept), start=kept[0].start,
+                                   end=max(w.end for w in kept), words=kept, channel=to,
+                                   speaker=speaker))
+    out.sort(key=lambda s: (_time(s.start, 0.0), s.channel))
+    return out
+
+
+def _time(value: Optional[float], default: Optional[float]) -> float:
+    return float(value) if value is not None else float(default or 0.0)
+
+
+def channel_order(count: int, segments: Sequence[Segment], diarized: bool) -> tuple[str, ...]:
+    """The labels ``speaker_names`` names, in order: every channel's label in channel order, or
+    (``diarize_channels``) each channel's speakers by first appearance, channel after channel."""
+    if not diarized:
+        return tuple(channel_label(c) for c in range(count))
+    order: list[str] = []
+    for c in range(count):
+        for seg in sorted((s for s in segments if s.channel == c), key=lambda s: _time(s.start, 0.0)):
+            if seg.speaker is not None and seg.speaker not in order:
+                order.append(seg.speaker)
+    return tuple(order)
+
+
+def label_at(segments: Sequence[Segment], channel: int, time: float) -> str:
+    """The speaker of ``channel`` at ``time``: that of its own segment nearest in time (with
+    ``diarize_channels`` a channel has several), else the channel's label."""
+    timed = [s for s in segments if s.speaker is not None]
+    if not timed:
+        return channel_label(channel)
+
+    def distance(s: Segment) -> float:
+        start, end = _time(s.start, 0.0), _time(s.end, _time(s.start, 0.0))
+        return max(0.0, start - time, time - end)
+
+    return min(timed, key=distance).speaker
+
+
+def silent_channel_warning(channel: int) -> str:
+    return f"channel {channel} is silent: it has no words"
+
+
+def only_bleed_warning(channel: int) -> str:
+    return (f"channel {channel} has no words of its own: everything it picked up was louder on "
+            "another channel (another person's voice bleeding into its microphone)")
+
+
+__all__ = ["BLEED_DB", "SILENT_DB", "Unit", "channel_label", "channel_order", "channel_speaker_label",
+           "dominance", "frame_db", "frame_energy", "joined_segments", "only_bleed_warning",
+           "label_at", "owners", "silent_channel_warning", "silent_channels"]

@@ -1,0 +1,102 @@
+"""Channels as speakers, the pure part (speaker_asr/attribution/channels.py): which channel each
+word belongs to, judged by the channels' levels, on hand-made signals and words."""
+
+import numpy as np
+import pytest
+
+from speaker_asr.attribution import channels as ch
+from speaker_asr.types import Segment, Word
+
+SR = 16_000
+
+
+def noise(seconds: float, level: float, seed: int) -> np.ndarray:
+    return (level * np.random.default_rng(seed).standard_normal(int(seconds * SR))).astype(np.float32)
+
+
+def two_people(seconds: float = 4.0, bleed: float = 0.1) -> np.ndarray:
+    """Person 0 talks in 0-2 s, person 1 in 2-4 s; each bleeds into the other's channel."""
+    a = np.concatenate([noise(2.0, 0.2, 1), np.zeros(int((seconds - 2.0) * SR), np.float32)])
+    b = np.concatenate([np.zeros(int(2.0 * SR), np.float32), noise(seconds - 2.0, 0.2, 2)])
+    return np.stack([a + bleed * b, b + bleed * a])
+
+
+def levels(audio: np.ndarray) -> np.ndarray:
+    return ch.frame_db(ch.frame_energy(audio, SR))
+
+
+def test_a_silent_channel_is_found_and_a_quiet_one_is_not():
+    audio = np.stack([noise(2.0, 0.1, 1), np.zeros(2 * SR, np.float32), noise(2.0, 0.003, 3)])
+    assert ch.silent_channels(ch.frame_energy(audio, SR)) == [1]
+
+
+def test_dominance_says_whose_voice_it_is():
+    lv = levels(two_people())
+    assert ch.dominance(lv, 0, 0.2, 1.8) == pytest.approx(20.0, abs=0.5)
+    assert ch.dominance(lv, 1, 0.2, 1.8) == pytest.approx(-20.0, abs=0.5)
+    assert ch.dominance(lv, 1, 2.2, 3.8) == pytest.approx(20.0, abs=0.5)
+
+
+def test_bleed_is_dropped_where_the_louder_channel_has_the_word():
+    lv = levels(two_people())
+    units = [ch.Unit(0, " hello", 0.5, 0.9), ch.Unit(1, " hello", 0.52, 0.95)]
+    assert ch.owners(units, lv) == [0, None]
+
+
+def test_bleed_moves_to_the_louder_channel_when_its_own_decode_missed_it():
+    lv = levels(two_people())
+    units = [ch.Unit(1, " hello", 0.5, 0.9), ch.Unit(2 - 2, " other", 1.5, 1.8)]
+    assert ch.owners(units, lv) == [0, 0]
+    # two channels' copies of one missed word: moved once
+    three = np.stack([*two_people(), 0.1 * two_people()[0]])
+    units = [ch.Unit(1, " hello", 0.5, 0.9), ch.Unit(2, " hello", 0.45, 0.92)]
+    assert ch.owners(units, levels(three)) == [0, None]
+
+
+def test_two_people_at_once_are_both_kept_and_the_same_word_once():
+    a, b = noise(2.0, 0.2, 1), noise(2.0, 0.15, 2)
+    lv = levels(np.stack([a + 0.1 * b, b + 0.1 * a]))
+    units = [ch.Unit(0, " yes", 0.5, 0.8), ch.Unit(1, " no", 0.5, 0.8)]
+    assert ch.owners(units, lv) == [0, 1]
+    # one word heard on two channels at the same level: kept once, on the lower channel
+    same = levels(np.stack([a, a]))
+    assert ch.owners([ch.Unit(0, " yes", 0.5, 0.8), ch.Unit(1, " Yes.", 0.55, 0.8)], same) == [0, None]
+
+
+def test_a_word_made_up_over_silence_is_dropped():
+    audio = np.stack([np.concatenate([noise(1.0, 0.2, 1), np.zeros(SR, np.float32)]),
+                      np.zeros(2 * SR, np.float32)])
+    assert ch.owners([ch.Unit(0, " thanks", 1.2, 1.8), ch.Unit(0, " hi", 0.2, 0.5)], levels(audio)) == [None, 0]
+
+
+def test_joined_segments_follow_time_across_channels_and_keep_only_own_words():
+    lv = levels(two_people())
+    zero = [Segment(" hello there", 0.2, 1.0, "CHANNEL_0",
+                    [Word(" hello", 0.2, 0.5, "CHANNEL_0"), Word(" there", 0.5, 1.0, "CHANNEL_0")]),
+            Segment(" fine", 2.3, 2.6, "CHANNEL_0", [Word(" fine", 2.3, 2.6, "CHANNEL_0")])]
+    one = [Segment(" hello", 0.25, 0.5, "CHANNEL_1", [Word(" hello", 0.25, 0.5, "CHANNEL_1")]),
+           Segment(" fine thanks", 2.2, 3.0, "CHANNEL_1",
+                   [Word(" fine", 2.25, 2.6, "CHANNEL_1"), Word(" thanks", 2.6, 3.0, "CHANNEL_1")])]
+    out = ch.joined_segments([zero, one], lv, lambda c, t: ch.channel_label(c))
+    assert [(s.channel, s.speaker, s.text) for s in out] == [
+        (0, "CHANNEL_0", " hello there"), (1, "CHANNEL_1", " fine thanks")]
+    assert all(w.channel == s.channel for s in out for w in s.words)
+
+
+def test_a_moved_word_takes_the_speaker_of_its_new_channel_at_that_time():
+    lv = levels(two_people())
+    one = [Segment(" oops", 0.5, 0.9, "CHANNEL_1_SPEAKER_00",
+                   [Word(" oops", 0.5, 0.9, "CHANNEL_1_SPEAKER_00")])]
+    zero = [Segment(" hi", 1.5, 1.8, "CHANNEL_0_SPEAKER_01", [Word(" hi", 1.5, 1.8, "CHANNEL_0_SPEAKER_01")])]
+    out = ch.joined_segments([zero, one], lv, lambda c, t: ch.label_at([zero, one][c], c, t))
+    assert [(s.channel, s.speaker, s.text) for s in out] == [
+        (0, "CHANNEL_0_SPEAKER_01", " oops"), (0, "CHANNEL_0_SPEAKER_01", " hi")]
+
+
+def test_speaker_names_go_in_channel_order():
+    segs = [Segment(" b", 0.0, 1.0, "CHANNEL_2_SPEAKER_01", channel=2),
+            Segment(" a", 1.0, 2.0, "CHANNEL_0_SPEAKER_00", channel=0),
+            Segment(" c", 0.5, 1.0, "CHANNEL_2_SPEAKER_00", channel=2)]
+    assert ch.channel_order(3, segs, diarized=False) == ("CHANNEL_0", "CHANNEL_1", "CHANNEL_2")
+    assert ch.channel_order(3, segs, diarized=True) == (
+        "CHANNEL_0_SPEAKER_00", "CHANNEL_2_SPEAKER_01", "CHANNEL_2_SPEAKER_00")
