@@ -351,6 +351,26 @@ def test_evaluate_meetings(env, kit, tmp_path):
     assert (tmp_path / "out" / "latest.md").read_text().startswith("# Speaker-attribution evaluation")
 
 
+def test_multichannel_eval(env, kit, tmp_path):
+    """eval/multichannel.py on the stand-in meeting: one channel per person, both modes scored,
+    every word of the multichannel answer carrying its channel."""
+    out = run([sys.executable, "eval/multichannel.py", "--models-dir", str(kit), "--meetings-dir",
+               str(kit / "meetings"), "--out", str(tmp_path / "mc.md")], env)
+    rows = table_rows(out, "| file | people | s | words left out | WDER multichannel | WDER downmixed "
+                           "| WER multichannel | WER downmixed | s multichannel | s downmixed "
+                           "| every word has a channel |")
+    assert rows[0][1] == "2" and rows[0][-1] == "yes" and rows[-1][0] == "**pooled**", out
+    assert (tmp_path / "mc.md").read_text() == out[out.index("Channels as speakers"):].rstrip("\n") + "\n"
+
+
+def test_multichannel_cost(env):
+    out = run([sys.executable, "bench/multichannel_cost.py", "--seconds", "8", "--repeats", "1",
+               "--channels", "2"], env)
+    rows = table_rows(out, "| run | median s | / one channel's ASR | peak MB added |")
+    assert [r[0] for r in rows] == ["one channel, ASR only", "2 channels downmixed, default",
+                                    "2 channels, multichannel", "2 channels, diarize_channels"], out
+
+
 # --------------------------------------------------------------------------- reliability/
 
 
