@@ -90,7 +90,5 @@ class EndpointHandler:
         except RequestError as exc:
             exc.param = exc.param or "inputs"
             raise
-        if config.multichannel:
-            config.check_channels(audio.shape[0])
         # one recording at a time: Models.transcribe holds the models' lock
         return config, self.models.transcribe(audio, config, on_start=on_start, progress=progress)

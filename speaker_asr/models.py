@@ -278,10 +278,7 @@ class Models:
         result = attribute(transcript, len(audio) / SAMPLE_RATE, found,
                            with_words=config.return_word_timestamps)
         if with_voices:
-            threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
-                         else self.settings.speaker_match_threshold)
-            result = name_known_speakers(result, found.voices, references, threshold,
-                                         config.return_speaker_embeddings)
+            result = self._named(result, found.voices, references, config)
         return replace(result, warnings=warnings)
 
     def decode(self, audio: np.ndarray, config: InferenceConfig, draft: Optional[list[int]] = None,
@@ -396,41 +393,30 @@ class Models:
             if on_start is not None:
                 on_start()
             with_voices = references is not None or config.return_speaker_embeddings
-            found: dict[int, Diarization] = {}
-            pending = None
+            diarize = None
             if config.diarize_channels and heard:
-                pending = self.on_diarization_thread(lambda: {
-                    c: self.diarizer.diarize(audio[c], per_channel_config, with_voices) for c in heard})
-            try:
-                transcripts = {c: self.asr.transcribe(audio[c], config, word_timestamps=True)
-                               for c in heard}
-            finally:
-                if pending is not None:
-                    wait([pending])
-            if pending is not None:
-                try:
-                    found = pending.result()
-                except Exception as exc:  # a fault in the model: the channels still say who spoke
-                    logger.exception("diarization failed")
-                    found = {c: Diarization(error=type(exc).__name__) for c in heard}
+                def diarize():
+                    return {c: self.diarizer.diarize(audio[c], per_channel_config, with_voices)
+                            for c in heard}
+            transcripts, found = self._beside_diarization(
+                lambda: {c: self.asr.transcribe(audio[c], config, word_timestamps=True) for c in heard},
+                diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
+        found = found or {}
         warnings = [ch.silent_channel_warning(c) for c in sorted(silent)]
-        results: list[Optional[Result]] = [None] * count
+        results: dict[int, Result] = {}
         voices: dict[str, Optional[list[float]]] = {}
         for c in heard:
             warnings += [f"channel {c}: {w}" for w in failure_warnings(transcripts[c], found.get(c))]
             speakers = self._channel_speakers(c, duration, found.get(c))
             results[c] = attribute(transcripts[c], duration, speakers, with_words=True)
-            if speakers.voices:
-                voices.update(speakers.voices)
-        segments = ch.joined_segments([r.segments if r else [] for r in results], ch.frame_db(energy),
-                                      lambda c, t: ch.label_at(results[c].segments if results[c] else [],
-                                                               c, t))
-        for c in heard:
-            if not any(s.channel == c for s in segments):
-                warnings.append(ch.only_bleed_warning(c))
+            voices.update(speakers.voices)
+        per_channel = [results[c].segments if c in results else [] for c in range(count)]
+        segments = ch.joined_segments(per_channel, ch.frame_db(energy),
+                                      lambda c, t: ch.label_at(per_channel[c], c, t))
+        warnings += [ch.only_bleed_warning(c) for c in heard if not any(s.channel == c for s in segments)]
         if not config.return_word_timestamps:
             segments = [replace(s, words=[]) for s in segments]
-        spoken = [r for r in results if r is not None]
+        spoken = list(results.values())
         result = Result(
             text="".join(s.text for s in segments).strip(), segments=segments,
             language=max(spoken, key=lambda r: sum(len(s.words) or 1 for s in r.segments)).language
@@ -442,10 +428,7 @@ class Models:
         if with_voices:
             if not config.diarize_channels:
                 voices = {ch.channel_label(c): self._channel_voice(audio[c], c, segments) for c in heard}
-            threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
-                         else self.settings.speaker_match_threshold)
-            result = name_known_speakers(result, voices, references, threshold,
-                                         config.return_speaker_embeddings)
+            result = self._named(result, voices, references, config)
         return replace(result, warnings=warnings)
 
     @staticmethod
@@ -497,29 +480,49 @@ class Models:
             return fn(*args)
         return self.on_diarization_thread(lambda: fn(*args)).result()
 
+    def _named(self, result: Result, voices: dict, references: Optional[dict],
+               config: InferenceConfig) -> Result:
+        """The result with the known speakers named by voice (and, when asked for, the voice
+        embeddings), at the request's threshold or the settings' default."""
+        threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
+                     else self.settings.speaker_match_threshold)
+        return name_known_speakers(result, voices, references, threshold,
+                                   config.return_speaker_embeddings)
+
+    def _beside_diarization(self, asr: Callable[[], Any], diarize: Optional[Callable[[], Any]],
+                            failed: Callable[[Exception], Any]) -> tuple[Any, Any]:
+        """``asr()`` on this thread while ``diarize()`` (None: no diarization) runs on the
+        diarization thread: their results, ``failed(exc)`` in place of the diarization's when it
+        raised (a fault in the model, not in the request: the transcript is still worth
+        returning). The diarization thread is never left running into the next call."""
+        pending = self.on_diarization_thread(diarize) if diarize is not None else None
+        try:
+            heard = asr()
+        finally:
+            if pending is not None:
+                wait([pending])
+        if pending is None:
+            return heard, None
+        try:
+            return heard, pending.result()
+        except Exception as exc:
+            logger.exception("diarization failed")
+            return heard, failed(exc)
+
     def _transcribe_and_diarize(self, audio: np.ndarray, config: InferenceConfig, with_voices: bool,
                                 progress: Optional[ProgressCallback] = None
                                 ) -> tuple[Transcript, Optional[Diarization]]:
         """The ASR's transcript and, with a diarizer, what it found (a fault in it is the
-        Diarization's ``error``: the transcript is still worth returning)."""
-        pending = None
+        Diarization's ``error``)."""
+        diarize = None
         if self.diarizer is not None:
-            pending = self.on_diarization_thread(
-                lambda: self.diarizer.diarize(audio, config, with_voices, progress))
-        try:
-            # word timestamps drive speaker attribution; without diarization only when asked for
-            transcript = self.asr.transcribe(audio, config, word_timestamps=pending is not None
-                                             or config.return_word_timestamps, progress=progress)
-        finally:
-            if pending is not None:  # the diarization thread is never left running into the next call
-                wait([pending])
-        if pending is None:
-            return transcript, None
-        try:
-            return transcript, pending.result()
-        except Exception as exc:  # a fault in the model, not in the request: keep the transcript
-            logger.exception("diarization failed")
-            return transcript, Diarization(error=type(exc).__name__)
+            def diarize():
+                return self.diarizer.diarize(audio, config, with_voices, progress)
+        # word timestamps drive speaker attribution; without diarization only when asked for
+        return self._beside_diarization(
+            lambda: self.asr.transcribe(audio, config, word_timestamps=diarize is not None
+                                        or config.return_word_timestamps, progress=progress),
+            diarize, lambda exc: Diarization(error=type(exc).__name__))
 
 
 __all__ = ["Decoded", "Diarizer", "ModelThread", "Models", "PyannoteDiarizer", "WARM_UP_SECONDS"]
