@@ -414,8 +414,6 @@ class Models:
         segments = ch.joined_segments(per_channel, ch.frame_db(energy),
                                       lambda c, t: ch.label_at(per_channel[c], c, t))
         warnings += [ch.only_bleed_warning(c) for c in heard if not any(s.channel == c for s in segments)]
-        if not config.return_word_timestamps:
-            segments = [replace(s, words=[]) for s in segments]
         spoken = list(results.values())
         result = Result(
             text="".join(s.text for s in segments).strip(), segments=segments,
@@ -429,6 +427,8 @@ class Models:
             if not config.diarize_channels:
                 voices = {ch.channel_label(c): self._channel_voice(audio[c], c, segments) for c in heard}
             result = self._named(result, voices, references, config)
+        if not config.return_word_timestamps:  # after the voices: they are embedded from the words
+            result = replace(result, segments=[replace(s, words=[]) for s in result.segments])
         return replace(result, warnings=warnings)
 
     @staticmethod
