@@ -268,7 +268,7 @@ class Result:
             speaker_embeddings={k: _vector(v) for k, v in voices.items()}
             if isinstance(voices, dict) else None,
             assisted=_assisted(response.get("assisted")), channels=channels,
-            speaker_order=None if channels is None else _channel_order(segments))
+            speaker_order=None if channels is None else speakers_by_channel(segments))
 
 
 def speaker_turns(segments: Sequence[Segment]) -> list[SpeakerTurn]:
@@ -283,6 +283,17 @@ def speaker_turns(segments: Sequence[Segment]) -> list[SpeakerTurn]:
     return [SpeakerTurn(run[0].speaker, "".join(s.text for s in run).strip(), run[0].start,
                         max(s.end for s in run), [w for s in run for w in s.words], run[0].channel)
             for run in runs]
+
+
+def speakers_by_channel(segments: Sequence[Segment]) -> tuple[Any, ...]:
+    """A multichannel transcript's speakers in channel order, within a channel by first
+    appearance (segments without a channel last), as ``speaker_names`` names them."""
+    first: dict[Any, tuple[int, float]] = {}
+    for seg in segments:
+        if seg.speaker is not None:
+            key = (seg.channel if seg.channel is not None else 1 << 30, seg.start)
+            first[seg.speaker] = min(first.get(seg.speaker, key), key)
+    return tuple(sorted(first, key=lambda speaker: first[speaker]))
 
 
 # --------------------------------------------------------------------------- reading JSON
@@ -322,17 +333,6 @@ def _word(word: dict, speaker: Any, channel: Optional[int] = None) -> Word:
 def _channel(value: Any) -> Optional[int]:
     """A channel index or count: a non-negative int, None for anything else."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _channel_order(segments: Sequence[Segment]) -> tuple[Any, ...]:
-    """A multichannel response's speakers in channel order (within a channel, by first
-    appearance), as ``speaker_names`` names them."""
-    first: dict[Any, tuple[int, float]] = {}
-    for seg in segments:
-        if seg.speaker is not None:
-            key = (seg.channel if seg.channel is not None else 1 << 30, seg.start)
-            first[seg.speaker] = min(first.get(seg.speaker, key), key)
-    return tuple(sorted(first, key=lambda speaker: first[speaker]))
 
 
 def _assisted(value: Any) -> Optional[AssistDecision]:

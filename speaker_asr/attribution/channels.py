@@ -32,6 +32,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from speaker_asr.result import speakers_by_channel
 from speaker_asr.types import Segment
 
 FRAME_S = 0.01
@@ -253,16 +254,12 @@ def _time(value: Optional[float], default: Optional[float]) -> float:
 
 
 def channel_order(count: int, segments: Sequence[Segment], diarized: bool) -> tuple[str, ...]:
-    """The labels ``speaker_names`` names, in order: every channel's label in channel order, or
-    (``diarize_channels``) each channel's speakers by first appearance, channel after channel."""
+    """The labels ``speaker_names`` names, in order: every channel's label in channel order (a
+    silent channel's too), or (``diarize_channels``) each channel's speakers by first appearance,
+    channel after channel."""
     if not diarized:
         return tuple(channel_label(c) for c in range(count))
-    order: list[str] = []
-    for c in range(count):
-        for seg in sorted((s for s in segments if s.channel == c), key=lambda s: _time(s.start, 0.0)):
-            if seg.speaker is not None and seg.speaker not in order:
-                order.append(seg.speaker)
-    return tuple(order)
+    return speakers_by_channel(segments)
 
 
 def label_at(segments: Sequence[Segment], channel: int, time: float) -> str:
