@@ -22,7 +22,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
                       model_validator)
 
-from speaker_asr.error_text import bounds_text, shown, value_error_text
+from speaker_asr.error_text import bounds_text, shown, too_many_channels_text, value_error_text
 from speaker_asr.errors import RequestError
 from speaker_asr.formats import FORMATS, TASKS
 from speaker_asr.settings import DEFAULT_DIARIZATION_MODEL, DOCUMENTED_ASSISTANT_MODEL
@@ -281,8 +281,7 @@ class InferenceConfig(BaseModel):
                 f"one has {count} channel{'s' if count != 1 else ''} (mono): leave multichannel out "
                 "to find its speakers by voice, or send the multichannel original", param="multichannel")
         if count > MAX_CHANNELS:
-            raise RequestError(f"the recording has {count} channels; multichannel takes at most "
-                               f"{MAX_CHANNELS}", param="multichannel")
+            raise RequestError(too_many_channels_text(count, MAX_CHANNELS), param="multichannel")
         plural = f"{count} channels"
         if self.diarize_channels:
             for name in ("num_speakers", "max_speakers"):

@@ -30,3 +30,9 @@ def shown(value: Any) -> str:
 def value_error_text(message: str) -> str:
     """A validator's own message without pydantic's ``Value error, `` prefix."""
     return message.removeprefix("Value error, ")
+
+
+def too_many_channels_text(count: int, limit: int) -> str:
+    """``multichannel`` on a recording with more channels than it takes: said by the decoder (from
+    the file's header, before the samples are read) and by the request's own check alike."""
+    return f"the recording has {count} channels; multichannel takes at most {limit}"

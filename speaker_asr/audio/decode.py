@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 
 from speaker_asr.audio.resample import resample
+from speaker_asr.error_text import too_many_channels_text
 from speaker_asr.errors import RequestError
 
 SAMPLE_RATE = 16_000
@@ -70,8 +71,7 @@ def _finite_16k(audio: np.ndarray, sr: int) -> np.ndarray:
 
 def _check_channels(count: int, max_channels: Optional[int]) -> None:
     if max_channels is not None and count > max_channels:
-        raise AudioDecodeError(f"the recording has {count} channels; multichannel takes at most "
-                               f"{max_channels}")
+        raise AudioDecodeError(too_many_channels_text(count, max_channels))
 
 
 def _decode_soundfile(data: bytes, max_duration_s: Optional[float], channels: bool = False,
