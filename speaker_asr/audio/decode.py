@@ -43,12 +43,17 @@ ACCEPTED = ("WAV (PCM, float, mu-law, A-law), FLAC, MP3, Ogg Vorbis/Opus; with f
 def _finish(audio: np.ndarray, sr: int, channels: bool = False) -> np.ndarray:
     """Mono (``channels``: ``(channels, samples)``, every channel kept), finite, 16 kHz, within
     [-1, 1]; works in place on ``audio`` (the decoder's own buffer, ``(samples, channels)``), so a
-    long recording is held once more at most while it is downmixed or resampled."""
+    long recording is held once more at most while it is downmixed or resampled (its channels
+    kept: once more, and one channel besides)."""
     if audio.ndim == 1:
         audio = audio[:, None]
-    if channels:
-        rows = [_finite_16k(np.ascontiguousarray(audio[:, c]), sr) for c in range(audio.shape[1])]
-        out = np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+    if channels:  # one channel in hand at a time, written into the output as it is finished
+        out = np.zeros((audio.shape[1], 0), dtype=np.float32)
+        for c in range(audio.shape[1]):
+            row = _finite_16k(np.ascontiguousarray(audio[:, c]), sr)
+            if c == 0:
+                out = np.empty((audio.shape[1], len(row)), dtype=np.float32)
+            out[c] = row
     else:
         mono = audio.mean(axis=1, dtype=np.float32) if audio.shape[1] > 1 else audio[:, 0]
         out = _finite_16k(mono, sr)
