@@ -26,6 +26,8 @@ No torch, no I/O: numpy over the channels' samples, and the transcript's records
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
@@ -130,6 +132,7 @@ def dominance(levels: np.ndarray, channel: int, start: float, end: float,
     return float(np.median(span[channel] - rival))
 
 
+@functools.lru_cache(maxsize=8192)
 def _norm(text: str) -> str:
     return re.sub(r"[^\w']+", "", text.lower())
 
@@ -165,14 +168,44 @@ def _twins(o: Unit, u: Unit) -> bool:
                                                or (o.start <= u.end and u.start <= o.end))
 
 
+class _ByChannel:
+    """Each channel's units sorted by start, so that the units near one in time are found by
+    bisection, not by a pass over the channel (an hour's call holds thousands of words a
+    channel)."""
+
+    def __init__(self, units: Sequence[Unit]):
+        self._units: dict[int, list[Unit]] = {}
+        self._starts: dict[int, list[float]] = {}
+        self._longest: dict[int, float] = {}
+        for u in sorted(units, key=lambda u: u.start):
+            self.add(u)
+
+    def add(self, u: Unit) -> None:
+        at = bisect.bisect_right(self._starts.setdefault(u.channel, []), u.start)
+        self._starts[u.channel].insert(at, u.start)
+        self._units.setdefault(u.channel, []).insert(at, u)
+        self._longest[u.channel] = max(self._longest.get(u.channel, 0.0), u.end - u.start)
+
+    @property
+    def channels(self) -> list[int]:
+        return list(self._units)
+
+    def near(self, channel: int, u: Unit) -> list[Unit]:
+        """The units of ``channel`` that can cover ``u`` or be its twin (:func:`_covers`,
+        :func:`_twins`): those starting from the channel's longest unit (or
+        :data:`SAME_WORD_S`) before ``u`` to :data:`SAME_WORD_S` after its end."""
+        starts = self._starts.get(channel, [])
+        lo = bisect.bisect_left(starts, u.start - max(self._longest.get(channel, 0.0), SAME_WORD_S))
+        hi = bisect.bisect_right(starts, u.end + SAME_WORD_S)
+        return self._units[channel][lo:hi] if starts else []
+
+
 def owners(units: Sequence[Unit], levels: np.ndarray) -> list[Optional[int]]:
     """For each unit, the channel it belongs to: its own, another (a word of that channel's voice
     that its own transcript missed), or None (dropped: bleed another channel has, a word heard
     louder elsewhere, or nothing heard). See the module's docstring. ``levels``:
     :func:`frame_db` of the channels."""
-    by_channel: dict[int, list[Unit]] = {}
-    for u in units:
-        by_channel.setdefault(u.channel, []).append(u)
+    by_channel = _ByChannel(units)
     out: list[Optional[int]] = []
     for u in units:
         start, end = u.start - PAD_S, u.end + PAD_S
@@ -184,27 +217,23 @@ def owners(units: Sequence[Unit], levels: np.ndarray) -> list[Optional[int]]:
             continue
         if dominance(levels, u.channel, start, end) < -BLEED_DB:
             louder = _loudest_other(levels, u.channel, start, end)
-            covered = any(_covers(o, u) or _twins(o, u) for o in by_channel.get(louder, []))
+            covered = any(_covers(o, u) or _twins(o, u) for o in by_channel.near(louder, u))
             out.append(None if covered else louder)
             if not covered:  # another channel's copy of this word now finds it there
-                by_channel.setdefault(louder, []).append(replace(u, channel=louder))
+                by_channel.add(replace(u, channel=louder))
             continue
-        louder_twin = False
-        for c, others in by_channel.items():
-            if c == u.channel:
-                continue
-            for o in others:
-                if not _twins(o, u):
-                    continue
-                gap = dominance(levels, u.channel, min(start, o.start - PAD_S),
-                                max(end, o.end + PAD_S), other=c)
-                if gap < 0 or (gap == 0 and c < u.channel):
-                    louder_twin = True
-                    break
-            if louder_twin:
-                break
+        louder_twin = any(_twins(o, u) and _louder(levels, o, u)
+                          for c in by_channel.channels if c != u.channel for o in by_channel.near(c, u))
         out.append(None if louder_twin else u.channel)
     return out
+
+
+def _louder(levels: np.ndarray, o: Unit, u: Unit) -> bool:
+    """Whether ``o``'s channel hears the word louder than ``u``'s, over both their times (at a
+    tie, the lower channel)."""
+    gap = dominance(levels, u.channel, min(u.start, o.start) - PAD_S, max(u.end, o.end) + PAD_S,
+                    other=o.channel)
+    return gap < 0 or (gap == 0 and o.channel < u.channel)
 
 
 def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray,
