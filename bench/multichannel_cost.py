@@ -2,14 +2,14 @@
 """What ``multichannel=true`` costs: time and memory of 2 and 4 channels against the same recording
 downmixed (the default pipeline: ASR beside diarization), and against one channel's ASR alone.
 
-The recording is real speech (the kit's pyannote sample and LibriVox clips, ``--seconds`` long),
-one copy per channel, each channel a different stretch of it (so no two channels say the same),
-the others bleeding in at -20 dB. Each configuration runs ``--repeats`` times in this process,
-alternating, after one warm-up run; the table gives the median seconds and the peak resident
-memory above the loaded models (ru_maxrss is a high-water mark: the rows are run from the
-cheapest up, and the column says what each one added).
+The recording is one of the benchmark's inputs (``--input``, common.INPUTS: ``30s`` is the kit's
+two-speaker sample, ``60s`` and longer the LibriVox clips and the sample joined), spread over the
+channels: channel k holds every k-th stretch of it (so no two channels say the same), the others
+bleeding in at -20 dB. Each configuration runs ``--repeats`` times in this process, alternating,
+after one warm-up run; the table gives the median seconds and, from the warm-up, the peak
+resident memory above what was resident before it (VmHWM reset before each run).
 
-    .venv/bin/python bench/multichannel_cost.py --seconds 60 --repeats 3
+    .venv/bin/python bench/multichannel_cost.py --input 60s --repeats 3
 
 The models are the kit's (``REAL_MODELS_DIR``): whisper tiny.en and its CAM++ 3.1 pipeline.
 """
@@ -18,25 +18,16 @@ from __future__ import annotations
 
 import argparse
 import base64
-import resource
 import statistics
 import sys
 import time
 
 import numpy as np
 
-from common import REAL, _read16k, fmt, librivox_pieces, machine, setup_env, wav_bytes
+from common import (REAL, INPUTS, _read16k, fmt, get_input, machine, peak_rss_mb, reset_peak_rss,
+                    setup_env, wav_bytes)
 
 SR = 16_000
-
-
-def speech(seconds: float) -> np.ndarray:
-    """``seconds`` of real speech: the kit's sample, then its LibriVox clips, looped."""
-    parts = [_read16k(REAL / "audio" / "sample.wav")] + [_read16k(p) for p, _ in librivox_pieces()]
-    audio = np.concatenate(parts)
-    while len(audio) < seconds * SR:
-        audio = np.concatenate([audio, audio])
-    return audio[:int(seconds * SR)].astype(np.float32)
 
 
 def channels_of(audio: np.ndarray, count: int) -> np.ndarray:
@@ -50,13 +41,9 @@ def channels_of(audio: np.ndarray, count: int) -> np.ndarray:
     return mixed / max(1.0, float(np.abs(mixed).max()))
 
 
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--input", default="60s", choices=list(INPUTS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--channels", default="2,4")
     args = ap.parse_args(argv)
@@ -67,8 +54,11 @@ def main(argv=None) -> int:
     handler = EndpointHandler(settings=ModelSettings(
         asr_model=str(REAL / "whisper-tiny.en"),
         diarization_model=str(REAL / "pyannote-campp-3.1"), warmup=True))
-    loaded = peak_mb()
-    audio = speech(args.seconds)
+    from speaker_asr.testing.memory import rss_mb
+
+    loaded = rss_mb()
+    path, _ = get_input(args.input)
+    audio = _read16k(path)
     counts = [int(c) for c in args.channels.split(",")]
     runs = {"one channel, ASR only": (audio, {"multichannel": False}, "asr")}
     for n in counts:
@@ -92,17 +82,18 @@ def main(argv=None) -> int:
 
     times: dict[str, list[float]] = {name: [] for name in runs}
     peaks: dict[str, float] = {}
-    for name, run in runs.items():  # warm-up, and each one's memory high-water mark in turn
-        before = peak_mb()
+    for name, run in runs.items():  # warm-up, and each one's memory peak
+        reset_peak_rss()
+        before = rss_mb()
         once(*run)
-        peaks[name] = max(0.0, peak_mb() - before)
+        peaks[name] = max(0.0, (peak_rss_mb() or before) - before)
     for _ in range(args.repeats):
         for name, run in runs.items():
             times[name].append(once(*run))
 
     one = statistics.median(times["one channel, ASR only"])
     m = machine()
-    print(f"multichannel cost: {args.seconds:g} s of real speech, whisper tiny.en + the kit's CAM++ 3.1 "
+    print(f"multichannel cost: {args.input} ({len(audio) / SR:.1f} s of real speech), whisper tiny.en + the kit's CAM++ 3.1 "
           f"pipeline, median of {args.repeats}; {m.get('cpu_model')} (torch {m.get('cpu_capability', '?')}, "
           f"{m.get('torch_threads', '?')} threads); loaded models {loaded:.0f} MB")
     print()

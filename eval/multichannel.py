@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import json
 import os
 import sys
 import time
@@ -42,18 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from data import MEETINGS_DIR, meeting_words, read_wav  # eval/ is sys.path[0] when this runs
+from evaluate import score
+
 SR = 16_000
 DEFAULT_MODELS = Path(os.environ.get("REAL_MODELS_DIR", Path.home() / ".cache" / "real-models"))
-DEFAULT_MEETINGS = Path(__file__).resolve().parents[1].parent / "shared" / "real-meetings"
-
-
-def read_wav(path: Path) -> np.ndarray:
-    import soundfile as sf
-
-    audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    if sr != SR:
-        raise SystemExit(f"{path}: expected {SR} Hz, got {sr}")
-    return audio.mean(axis=1)
 
 
 def wav_bytes(audio: np.ndarray) -> bytes:
@@ -90,7 +82,7 @@ def build(folder: Path, pad: float, bleed_db: float) -> tuple[np.ndarray, list[d
     """The clip as ``(samples, channels)`` (one channel per person, in the order they first
     speak), its reference words and the people."""
     mix = read_wav(folder / "audio.wav")
-    words = sorted(json.loads((folder / "ref.words.json").read_text()), key=lambda w: w["start"])
+    words = meeting_words(folder)
     people = list(dict.fromkeys(w["speaker"] for w in words))
     bleed = 10.0 ** (bleed_db / 20.0)
     owner = owners(words, people, len(mix), pad)
@@ -124,15 +116,6 @@ def hyp_tokens(response: dict):
     return out
 
 
-def score(ref, hyp) -> dict:
-    from speaker_asr.testing.scoring import wder_counts, wer_counts
-
-    w = wer_counts([t.text for t in ref], [t.text for t in hyp])
-    sp = wder_counts(ref, hyp)
-    return {"wer_errors": w.errors, "ref_words": len(ref), "spk_errors": sp.errors,
-            "spk_scored": sp.scored}
-
-
 def pct(num: int, den: int) -> str:
     return f"{100.0 * num / den:.1f}" if den else "-"
 
@@ -140,7 +123,7 @@ def pct(num: int, den: int) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS)
-    ap.add_argument("--meetings-dir", type=Path, default=DEFAULT_MEETINGS)
+    ap.add_argument("--meetings-dir", type=Path, default=MEETINGS_DIR)
     ap.add_argument("--model", default="whisper-tiny.en", help="the ASR model's folder in --models-dir")
     ap.add_argument("--bleed-db", type=float, default=-20.0, help="the others' level on a person's channel")
     ap.add_argument("--pad", type=float, default=0.15, help="seconds around a person's words on their channel")
@@ -185,7 +168,8 @@ def main(argv=None) -> int:
                "overlapped": sum(both),
                "channel on every word": every_word_has_channel}
         for mode, r, s in (("multichannel", multi, multi_s), ("downmixed", mixed, mixed_s)):
-            counts = score(ref, hyp_tokens(r))
+            counts = {k: v for k, v in score(ref, hyp_tokens(r))[0].items()
+                      if k in ("wer_errors", "ref_words", "spk_errors", "spk_scored")}
             row[mode] = {**counts, "seconds": round(s, 2)}
             for k in totals[mode]:
                 totals[mode][k] += counts[k]

@@ -364,7 +364,7 @@ def test_multichannel_eval(env, kit, tmp_path):
 
 
 def test_multichannel_cost(env):
-    out = run([sys.executable, "bench/multichannel_cost.py", "--seconds", "8", "--repeats", "1",
+    out = run([sys.executable, "bench/multichannel_cost.py", "--input", "8s", "--repeats", "1",
                "--channels", "2"], env)
     rows = table_rows(out, "| run | median s | / one channel's ASR | peak MB added |")
     assert [r[0] for r in rows] == ["one channel, ASR only", "2 channels downmixed, default",
