@@ -37,6 +37,13 @@ class Word:
     channel: Optional[int] = None
 
 
+def word_key(text: str) -> str:
+    """A word as two transcripts' words are compared for sameness: lowercase letters, digits and
+    apostrophes only (" Hello," and "hello" are one word), for the hallucination filter's repeats
+    and for a word heard on two channels."""
+    return "".join(ch for ch in text.lower() if ch.isalnum() or ch == "'")
+
+
 @dataclass
 class Segment:
     """A stretch of transcript made of words: one of Whisper's segments as the ASR returns it

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from speaker_asr.attribution.speakers import segment_of_each_word
-from speaker_asr.types import Segment, Word
+from speaker_asr.types import Segment, Word, word_key
 
 MIN_RUN = 4
 MAX_SECONDS = 0.02  # one DTW frame
@@ -60,10 +60,6 @@ def squeezed_runs(words: Sequence[Word], min_run: int = MIN_RUN, max_seconds: fl
     return runs
 
 
-def _norm(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum() or ch == "'")
-
-
 def rewound_runs(words: Sequence[Word], min_run: int = MIN_RUN, rewind: float = REWIND_SECONDS,
                  repeat_share: float = REPEAT_SHARE, lookback: float = LOOKBACK_SECONDS
                  ) -> list[range]:
@@ -86,14 +82,14 @@ def rewound_runs(words: Sequence[Word], min_run: int = MIN_RUN, rewind: float = 
             j = i
             while j < n and (words[j].start is None or words[j].start < latest):
                 j += 1
-            run = [w for w in words[i:j] if _norm(w.text)]
+            run = [w for w in words[i:j] if word_key(w.text)]
             here = {text for t, text in written if t >= start - lookback}
-            repeated = sum(_norm(w.text) in here for w in run)
+            repeated = sum(word_key(w.text) in here for w in run)
             if len(run) >= min_run and repeated >= repeat_share * len(run):
                 runs.append(range(i, j))
                 i = j
                 continue
-        written.append((start, _norm(words[i].text)))
+        written.append((start, word_key(words[i].text)))
         latest = start if latest is None else max(latest, start)
         i += 1
     return runs

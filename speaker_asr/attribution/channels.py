@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from speaker_asr.result import speakers_by_channel
-from speaker_asr.types import Segment
+from speaker_asr.types import Segment, word_key
 
 FRAME_S = 0.01
 # the level of digital near-silence: a channel whose loudest half second is below it is silent
@@ -82,8 +81,9 @@ def frame_energy(channels: np.ndarray, rate: int) -> np.ndarray:
     return out
 
 
-def _db(power: np.ndarray) -> np.ndarray:
-    return 10.0 * np.log10(np.maximum(power, 1e-12))
+def frame_db(energy: np.ndarray) -> np.ndarray:
+    """:func:`frame_energy` (any mean square) in dB."""
+    return 10.0 * np.log10(np.maximum(energy, 1e-12))
 
 
 def silent_channels(energy: np.ndarray) -> list[int]:
@@ -98,14 +98,9 @@ def silent_channels(energy: np.ndarray) -> list[int]:
             loudest = float(sums.max())
         else:
             loudest = float(row.mean()) if row.size else 0.0
-        if _db(np.array(loudest)) < SILENT_DB:
+        if frame_db(np.array(loudest)) < SILENT_DB:
             silent.append(c)
     return silent
-
-
-def frame_db(energy: np.ndarray) -> np.ndarray:
-    """:func:`frame_energy` in dB."""
-    return _db(energy)
 
 
 def _frames(levels: np.ndarray, start: float, end: float) -> np.ndarray:
@@ -132,9 +127,7 @@ def dominance(levels: np.ndarray, channel: int, start: float, end: float,
     return float(np.median(span[channel] - rival))
 
 
-@functools.lru_cache(maxsize=8192)
-def _norm(text: str) -> str:
-    return re.sub(r"[^\w']+", "", text.lower())
+_norm = functools.lru_cache(maxsize=8192)(word_key)
 
 
 @dataclass(frozen=True)
