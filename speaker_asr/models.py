@@ -411,8 +411,7 @@ class Models:
             results[c] = attribute(transcripts[c], duration, speakers, with_words=True)
             voices.update(speakers.voices)
         per_channel = [results[c].segments if c in results else [] for c in range(count)]
-        segments = ch.joined_segments(per_channel, ch.frame_db(energy),
-                                      lambda c, t: ch.label_at(per_channel[c], c, t))
+        segments = ch.joined_segments(per_channel, ch.frame_db(energy))
         warnings += [ch.only_bleed_warning(c) for c in heard if not any(s.channel == c for s in segments)]
         spoken = list(results.values())
         result = Result(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import functools
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -229,13 +229,12 @@ def _louder(levels: np.ndarray, o: Unit, u: Unit) -> bool:
     return gap < 0 or (gap == 0 and o.channel < u.channel)
 
 
-def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray,
-                    label: Callable[[int, float], Optional[str]]) -> list[Segment]:
+def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray) -> list[Segment]:
     """Every channel's attributed segments (speaker and, where timed, words set; channel by
     position) joined in time order, each word (each segment without words) on the channel whose
     voice it is (:func:`owners`; ``levels``: :func:`frame_db` of the channels); a segment's text
     and times are its kept words'. A word moved to another channel forms a segment there (with
-    the words moved beside it) whose speaker is ``label(channel, time)``."""
+    the words moved beside it) whose speaker is that channel's there (:func:`label_at`)."""
     units: list[Unit] = []
     for c, segments in enumerate(per_channel):
         for seg in segments:
@@ -250,7 +249,8 @@ def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray
                 to = next(owner)
                 if to is not None:
                     out.append(replace(seg, channel=to,
-                                       speaker=seg.speaker if to == c else label(to, _time(seg.start, 0.0))))
+                                       speaker=seg.speaker if to == c
+                                       else label_at(per_channel[to], to, _time(seg.start, 0.0))))
                 continue
             runs: list[tuple[int, list]] = []  # consecutive words that go to one channel
             for w in seg.words:
@@ -262,7 +262,7 @@ def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray
                 else:
                     runs.append((to, [w]))
             for to, words in runs:
-                speaker = seg.speaker if to == c else label(to, _time(words[0].start, 0.0))
+                speaker = seg.speaker if to == c else label_at(per_channel[to], to, _time(words[0].start, 0.0))
                 kept = [replace(w, channel=to, speaker=speaker if to != c else w.speaker) for w in words]
                 out.append(replace(seg, text="".join(w.text for w in kept), start=kept[0].start,
                                    end=max(w.end for w in kept), words=kept, channel=to,

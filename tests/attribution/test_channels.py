@@ -77,7 +77,7 @@ def test_joined_segments_follow_time_across_channels_and_keep_only_own_words():
     one = [Segment(" hello", 0.25, 0.5, "CHANNEL_1", [Word(" hello", 0.25, 0.5, "CHANNEL_1")]),
            Segment(" fine thanks", 2.2, 3.0, "CHANNEL_1",
                    [Word(" fine", 2.25, 2.6, "CHANNEL_1"), Word(" thanks", 2.6, 3.0, "CHANNEL_1")])]
-    out = ch.joined_segments([zero, one], lv, lambda c, t: ch.channel_label(c))
+    out = ch.joined_segments([zero, one], lv)
     assert [(s.channel, s.speaker, s.text) for s in out] == [
         (0, "CHANNEL_0", " hello there"), (1, "CHANNEL_1", " fine thanks")]
     assert all(w.channel == s.channel for s in out for w in s.words)
@@ -88,7 +88,7 @@ def test_a_moved_word_takes_the_speaker_of_its_new_channel_at_that_time():
     one = [Segment(" oops", 0.5, 0.9, "CHANNEL_1_SPEAKER_00",
                    [Word(" oops", 0.5, 0.9, "CHANNEL_1_SPEAKER_00")])]
     zero = [Segment(" hi", 1.5, 1.8, "CHANNEL_0_SPEAKER_01", [Word(" hi", 1.5, 1.8, "CHANNEL_0_SPEAKER_01")])]
-    out = ch.joined_segments([zero, one], lv, lambda c, t: ch.label_at([zero, one][c], c, t))
+    out = ch.joined_segments([zero, one], lv)
     assert [(s.channel, s.speaker, s.text) for s in out] == [
         (0, "CHANNEL_0_SPEAKER_01", " oops"), (0, "CHANNEL_0_SPEAKER_01", " hi")]
 
