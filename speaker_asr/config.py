@@ -303,15 +303,15 @@ class InferenceConfig(BaseModel):
                 f"speaker each (leave {name} out, or set diarize_channels=true for channels that "
                 "hold several people)", param=name)
 
-    def channel_speakers(self, count: int) -> dict[str, int]:
+    def channel_speakers(self, count: int) -> dict[str, Optional[int]]:
         """With ``diarize_channels``: the speaker counts one channel's diarization gets, out of a
-        recording of ``count`` channels (every other channel holds at least one speaker)."""
-        bounds = {}
-        if self.num_speakers is not None:
-            bounds["max_speakers"] = self.num_speakers - (count - 1)
-        elif self.max_speakers is not None:
-            bounds["max_speakers"] = self.max_speakers - (count - 1)
-        return bounds
+        recording of ``count`` channels, as an update of this config: at most the request's
+        count (``num_speakers`` or ``max_speakers``, every channel's speakers) less one for each
+        other channel (each holds at least one speaker); never the request's own counts, which
+        are the whole recording's."""
+        total = self.num_speakers if self.num_speakers is not None else self.max_speakers
+        return {"num_speakers": None, "min_speakers": None,
+                "max_speakers": None if total is None else total - (count - 1)}
 
     def assist_eligible(self, duration_s: float, has_assistant: bool) -> bool:
         """Whether assisted and plain decoding are interchangeable for this request (see

@@ -137,3 +137,17 @@ def test_the_options_and_form_fields_reach_the_parameters():
     args = build_parser().parse_args(["transcribe", "call.wav", "--multichannel", "--diarize-channels"])
     assert request_parameters(args) == {"multichannel": True, "diarize_channels": True}
     assert InferenceConfig.parameters_from_strings({"multichannel": "true"}) == {"multichannel": True}
+
+
+def test_each_channel_is_diarized_with_its_share_of_the_speaker_count():
+    """diarize_channels: num_speakers counts every channel's speakers, so one channel's
+    diarization gets at most that many less one per other channel, and never the whole count."""
+    caps = ModelCapabilities()
+    config = InferenceConfig.from_request({"multichannel": True, "diarize_channels": True,
+                                           "num_speakers": 4}, caps)
+    one = config.model_copy(update=config.channel_speakers(2))
+    assert (one.num_speakers, one.min_speakers, one.max_speakers) == (None, None, 3)
+    config = InferenceConfig.from_request({"multichannel": True, "diarize_channels": True,
+                                           "min_speakers": 3}, caps)
+    one = config.model_copy(update=config.channel_speakers(2))
+    assert (one.num_speakers, one.min_speakers, one.max_speakers) == (None, None, None)
