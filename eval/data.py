@@ -40,7 +40,8 @@ from typing import Callable, Optional
 import numpy as np
 import soundfile as sf
 
-from speaker_asr.audio.decode import SAMPLE_RATE, decode_audio, resample
+from speaker_asr.audio.decode import SAMPLE_RATE, decode_audio
+from speaker_asr.audio.resample import resample
 from speaker_asr.testing.scoring import aligned_pairs, normalize_text, normalize_word
 
 GENERATOR_VERSION = "3"
@@ -205,7 +206,7 @@ def espeak(text: str, voice: str, wpm: int) -> np.ndarray:
         subprocess.run(["espeak-ng", "-v", voice, "-s", str(wpm), "-w", str(path), text],
                        check=True, capture_output=True)
         audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    return resample(audio.mean(axis=1), sr)
+    return resample(audio.mean(axis=1), sr, SAMPLE_RATE)
 
 
 def pitch_shift(audio: np.ndarray, cents: int) -> np.ndarray:
@@ -217,7 +218,7 @@ def pitch_shift(audio: np.ndarray, cents: int) -> np.ndarray:
         subprocess.run(["sox", "-R", "-D", str(src), "-e", "floating-point", "-b", "32", str(dst),
                         "pitch", str(cents)], check=True, capture_output=True)
         out, sr = sf.read(str(dst), dtype="float32")
-    return resample(out, sr)
+    return resample(out, sr, SAMPLE_RATE)
 
 
 # --------------------------------------------------------------------------- reference files
