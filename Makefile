@@ -49,6 +49,11 @@ $(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt requirement
 		|| echo "warning: could not install chromium (the /live page's browser test skips without it)"; \
 		else echo "warning: /usr/bin/chromium not found (the /live page's browser test, tests/live/test_live_page.py," \
 		"skips without it): install Debian's chromium package"; fi; }
+	@{ command -v espeak-ng && command -v sox; } >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox >/dev/null) \
+		|| echo "warning: could not install espeak-ng and sox (eval's generated dialogues need them)"; \
+		else echo "warning: espeak-ng or sox not found (eval's generated dialogues and their test in" \
+		"eval/test_eval.py need them): install Debian's espeak-ng and sox packages"; fi; }
 	touch $@
 
 $(COMPAT)/.installed: $(VENV)/.installed

@@ -4,6 +4,9 @@ smoke run of ``--part long`` on the tiny stand-in kit (random models, about 30 s
     .venv/bin/python -m pytest eval/test_eval.py -q
 """
 
+import shutil
+
+import numpy as np
 import pytest
 
 from speaker_asr.attribution.speakers import exclusive_turns
@@ -253,3 +256,18 @@ def test_long_part_smoke(tmp_path):
     built = next((tmp_path / "cache" / "data").glob("long-*"))
     assert (built / "long32.rttm").read_text().startswith("SPEAKER long32 1 ")
     assert json.loads((built / "long45.words.json").read_text())[0]["speaker"].startswith("EN2006-")
+
+
+@pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("sox")),
+                    reason="the generated parts' voices need espeak-ng and sox (make install brings them as root)")
+def test_generated_voices_are_16k_mono_speech():
+    """The generated dialogues' two kinds of voice (eval/data.py): espeak-ng's speech and a
+    pitch-shifted copy, each 16 kHz mono float32 of about the same length."""
+    from data import SAMPLE_RATE, espeak, pitch_shift
+
+    speech = espeak("hello there, how are you", "en-us+f3", 165)
+    assert speech.dtype == np.float32 and speech.ndim == 1
+    assert 0.5 * SAMPLE_RATE < len(speech) < 5 * SAMPLE_RATE
+    assert np.abs(speech).max() > 0.05
+    shifted = pitch_shift(speech, -350)
+    assert shifted.ndim == 1 and abs(len(shifted) - len(speech)) < 0.05 * SAMPLE_RATE
