@@ -38,6 +38,7 @@ from speaker_asr.attribution.naming import name_known_speakers
 from speaker_asr.attribution.response import attribute
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig, ModelCapabilities
+from speaker_asr.diarization.frames import Activity
 from speaker_asr.settings import ModelSettings
 from speaker_asr.pipeline import (WARM_UP_MAX_NEW_TOKENS, WARM_UP_SECONDS, diarize_speakers,
                                   failure_warnings, heard_nobody, is_silent, no_speech_warning,
@@ -78,6 +79,10 @@ class Diarizer(Protocol):
     def embed(self, audio: np.ndarray) -> Optional[np.ndarray]: ...
 
     def reference(self, index: int, name: str, clip: Any) -> np.ndarray: ...
+
+    def activity(self, audio: np.ndarray) -> Optional[Activity]: ...
+
+    def diarize_utterance(self, audio: np.ndarray, config: InferenceConfig) -> Diarization: ...
 
 
 class PyannoteDiarizer:
@@ -131,6 +136,32 @@ class PyannoteDiarizer:
         from speaker_asr.diarization.embeddings import embed_clip
 
         return embed_clip(self.voices.model, audio)
+
+    def activity(self, audio: np.ndarray) -> Optional[Activity]:
+        from speaker_asr.diarization.pipeline import frame_activity
+
+        return frame_activity(self.pipeline, audio)
+
+    def diarize_utterance(self, audio: np.ndarray, config: InferenceConfig) -> Diarization:
+        """Who speaks in one utterance (a live item, at most 30 s), with each one's voice: the
+        segmentation model's activity over it in one pass (speaker_asr/diarization/frames.py),
+        each local speaker embedded from its exclusive turns -- a fraction of the whole
+        pipeline's cost, which slides 10 s windows and embeds each window's every speaker. A
+        pipeline whose segmentation cannot be run alone takes the whole pipeline's way."""
+        from speaker_asr.diarization.frames import utterance_turns
+
+        activity = self.activity(audio)
+        if activity is None:
+            return self.diarize(audio, config, with_voices=self.voices is not None)
+        found = utterance_turns(activity)
+        if self.voices is None or not found.exclusive_turns:
+            return found
+        try:
+            centroids = self.voices.centroids(audio, found.exclusive_turns)
+        except Exception as exc:  # a fault in the embedding model: the speakers stay, unnamed
+            logger.exception("speaker embeddings failed")
+            return replace(found, embedding_error=type(exc).__name__)
+        return replace(found, voices={k: None if v is None else v.tolist() for k, v in centroids.items()})
 
     def reference(self, index: int, name: str, clip: Any) -> np.ndarray:
         return self.voices.reference(index, name, clip)
@@ -282,12 +313,15 @@ class Models:
         return replace(result, warnings=warnings)
 
     def decode(self, audio: np.ndarray, config: InferenceConfig, draft: Optional[list[int]] = None,
-               max_new_tokens: Optional[int] = None) -> Decoded:
+               max_new_tokens: Optional[int] = None, cancel: Optional[threading.Event] = None) -> Decoded:
         """The audio's transcript as one decode (no assist statistics kept), with word times where
         the model has alignment heads. ``draft``: the tokens of an earlier decode of the same
         audio's beginning, which the model verifies as its draft (patches/draft_decoding.py: the
         same text in fewer decoder steps; the assistant is not used then). ``max_new_tokens``
-        bounds the decode (None: the model's limit)."""
+        bounds the decode (None: the model's limit); a decode whose tokens go round in a loop (a
+        phrase repeated back to back: :func:`~speaker_asr.asr.hallucination.looping`) ends
+        there. ``cancel``: set, it stops the decode at its next token
+        (:class:`~speaker_asr.asr.transcriber.DecodeCancelled`)."""
         from speaker_asr.patches.draft_decoding import DraftTokens
 
         tokens = DraftTokens(given=draft or None)
@@ -295,7 +329,8 @@ class Models:
             config = config.model_copy(update={"assisted": False})
         with self.lock:
             transcript = self.asr.transcribe(audio, config, word_timestamps=self.asr.has_alignment_heads,
-                                             record=False, draft=tokens, max_new_tokens=max_new_tokens)
+                                             record=False, draft=tokens, max_new_tokens=max_new_tokens,
+                                             cancel=cancel, stop_loops=True)
         text = (transcript.text or "").strip()
         words = [w for w in (transcript.words or []) if w.text.strip()]
         if not words and text:  # no alignment heads: the words without times
@@ -340,6 +375,17 @@ class Models:
         return self._on_diarization_thread_wait(self._voice_model(required=True).reference,
                                                 index, name, clip)
 
+    def activity(self, audio: np.ndarray) -> Optional[Activity]:
+        """Which (local) speakers talk in each frame of ``audio`` (one utterance, at most 30 s):
+        the diarization's segmentation model in one pass; None where it cannot run alone."""
+        return self._on_diarization_thread_wait(self._required().activity, audio)
+
+    def diarize_utterance(self, audio: np.ndarray, config: InferenceConfig) -> Diarization:
+        """Who speaks in one utterance of at most 30 s, each with their voice, from the
+        segmentation's activity over it (:meth:`PyannoteDiarizer.diarize_utterance`): a live
+        item's speakers, found beside its final decode."""
+        return self._on_diarization_thread_wait(self._required().diarize_utterance, audio, config)
+
     # -- the load's warm-up -------------------------------------------------------------------
 
     def warm_up(self, audio: Optional[np.ndarray] = None) -> dict[str, float]:
@@ -348,8 +394,10 @@ class Models:
         handles, kernel choice, the memory pool on a GPU) is paid at load instead of by the first
         request: one plain decode, one assisted decode when an assistant is loaded (word
         timestamps on, at most ``WARM_UP_MAX_NEW_TOKENS`` tokens, a request's defaults
-        otherwise), then the diarization on its thread. Seconds per part (``plain``,
-        ``assisted``, ``diarization``), also kept as :attr:`warm_up_seconds`.
+        otherwise), then the diarization on its thread, and a live item's speakers
+        (:meth:`diarize_utterance`, so that a live session's first item costs what the others
+        do). Seconds per part (``plain``, ``assisted``, ``diarization``, ``utterance``), also kept
+        as :attr:`warm_up_seconds`.
 
         Nothing a request's statistics count sees it: the decodes are not timed for
         ``assisted="auto"`` (``record=False``), no progress is reported, and the server's metrics
@@ -366,8 +414,14 @@ class Models:
                 seconds["assisted" if assisted else "plain"] = time.perf_counter() - started
         if self.diarizer is not None:
             started = time.perf_counter()
-            self.diarize(audio, InferenceConfig.from_request({}, self.capabilities))
+            config = InferenceConfig.from_request({}, self.capabilities)
+            self.diarize(audio, config)
             seconds["diarization"] = time.perf_counter() - started
+            # a live item's speakers: the segmentation alone, then its speakers' voices
+            started, item = time.perf_counter(), audio[:int(10 * SAMPLE_RATE)]
+            if self.activity(item) is not None:
+                self.diarize_utterance(item, config)
+                seconds["utterance"] = time.perf_counter() - started
         self.warm_up_seconds = seconds
         return seconds
 

@@ -545,7 +545,7 @@ def test_warm_up_runs_plain_assisted_and_diarization_unrecorded(warm_and_cold):
     assert diarizations[0]["seconds"] == WARM_UP_SECONDS
     # on the pipeline's worker thread, where requests diarize (GPU libraries set up per thread)
     assert diarizations[0]["thread"].startswith("diarization")
-    assert set(warm.models.warm_up_seconds) == {"plain", "assisted", "diarization"}
+    assert set(warm.models.warm_up_seconds) == {"plain", "assisted", "diarization", "utterance"}
     assert all(s >= 0 for s in warm.models.warm_up_seconds.values())
     # assisted="auto" starts from nothing: the warm-up's slow first decodes are not its timings
     assert all(v["timings"] == 0 for v in warm.models.asr.assist_policy.snapshot().values())

@@ -68,3 +68,50 @@ def test_warnings_say_what_was_removed_and_what_failed():
     assert "could not be compared" in failure_warnings(
         Transcript("", [], "en"), Diarization(embedding_error="RuntimeError"))[0]
     assert failure_warnings(Transcript("", [], "en"), Diarization()) == []
+
+
+def test_an_utterances_speakers_come_from_one_segmentation_pass_with_their_voices(handler):
+    """A live item's speakers (Models.diarize_utterance): the segmentation's frame activity over
+    the item in one pass, its turns and exclusive turns, each speaker's voice from the pipeline's
+    own embedding model; and the frame activity alone, on the diarization thread."""
+    audio = two_voices()[:int(6.0 * 16000)]
+    models = handler.models
+    activity = models.activity(audio)
+    assert activity is not None and activity.frames.shape[1] == 3 and activity.frames.dtype == bool
+    assert abs(activity.duration - 6.0) < 0.2 and 0.01 < activity.step < 0.03
+    found = models.diarize_utterance(audio, config())
+    assert found.error is None and found.embedding_error is None
+    assert all(0.0 <= t.start < t.end <= 6.0 + 1e-6 for t in found.turns)
+    assert set(found.voices) == {t.speaker for t in found.exclusive_turns}
+    assert all(v is None or abs(np.linalg.norm(v) - 1.0) < 1e-6 for v in found.voices.values())
+
+
+def test_a_decode_stops_at_the_next_token_once_its_cancel_is_set(handler):
+    """A live partial decode that its utterance's end made useless stops at once (the cancel
+    event is checked at every generated token), and one cancelled before it starts never runs."""
+    import threading
+
+    import pytest
+
+    from speaker_asr.asr.transcriber import DecodeCancelled
+
+    class SetAfter:
+        """An event that reads as set from its ``n``-th look on (mid-decode)."""
+
+        def __init__(self, n):
+            self.n, self.looks = n, 0
+
+        def is_set(self):
+            self.looks += 1
+            return self.looks >= self.n
+
+    audio, cfg = two_voices()[:int(4.0 * 16000)], config(language="en")
+    done = handler.models.decode(audio, cfg, max_new_tokens=20)
+    assert done.text, "the tiny random model writes tokens until its limit"
+    for n in (1, 4):
+        cancel = SetAfter(n)
+        with pytest.raises(DecodeCancelled):
+            handler.models.decode(audio, cfg, max_new_tokens=20, cancel=cancel)
+        assert cancel.looks == n  # stopped at the token after it was set, not at the end
+    unset = threading.Event()
+    assert handler.models.decode(audio, cfg, max_new_tokens=20, cancel=unset).text == done.text

@@ -133,3 +133,30 @@ def _drop(segments: Sequence[Segment], words: Sequence[Word], runs: list[range])
     return Cleaned(text="".join(w.text for w in new_words), segments=new_segments, words=new_words,
                    dropped=["".join(words[i].text for i in r).strip() for r in runs])
 
+
+
+# a decode loops when its last tokens are one phrase said again and again: the phrase at most
+# this many tokens ...
+LOOP_MAX_PERIOD = 16
+# ... repeated at least this often in a row, and the repeats at least LOOP_MIN_TOKENS tokens in
+# all (a word said three times, "no no no", is speech; a sentence said a fourth time is a loop)
+LOOP_REPEATS = 3
+LOOP_MIN_TOKENS = 12
+
+
+def looping(tokens: Sequence[int], max_period: int = LOOP_MAX_PERIOD, repeats: int = LOOP_REPEATS,
+            min_tokens: int = LOOP_MIN_TOKENS) -> bool:
+    """Whether the token sequence ends in a loop: its last ``p`` tokens (``p`` up to
+    ``max_period``) repeated back to back at least ``repeats`` times and over at least
+    ``min_tokens`` tokens in all -- Whisper writing "I'm sorry. I'm sorry. I'm sorry. ..." over
+    a short stretch of audio until its token limit. Checked after each generated token, so it
+    looks at the end only."""
+    n = len(tokens)
+    for period in range(1, max_period + 1):
+        times = max(repeats, -(-min_tokens // period))
+        if n < period * times:
+            continue
+        tail = list(tokens[n - period:])
+        if all(list(tokens[n - (k + 1) * period:n - k * period]) == tail for k in range(1, times)):
+            return True
+    return False

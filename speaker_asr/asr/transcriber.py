@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import threading
 import time
 from typing import Any, Optional
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from speaker_asr.asr.assist_policy import AssistPolicy
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.asr.hallucination import drop_hallucinations
+from speaker_asr.asr.hallucination import drop_hallucinations, looping
 from speaker_asr.config import DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S, InferenceConfig, ModelCapabilities
 from speaker_asr.settings import ModelSettings
 from speaker_asr.compat import dtype_kwarg, transformers_major
@@ -295,7 +296,8 @@ class WhisperTranscriber:
 
     def transcribe(self, audio: np.ndarray, cfg: InferenceConfig, word_timestamps: bool = False,
                    progress: Optional[ProgressCallback] = None, record: bool = True,
-                   max_new_tokens: Optional[int] = None, draft: Optional[DraftTokens] = None) -> Transcript:
+                   max_new_tokens: Optional[int] = None, draft: Optional[DraftTokens] = None,
+                   cancel: Optional[threading.Event] = None, stop_loops: bool = False) -> Transcript:
         """Timestamped segments, and words when ``word_timestamps`` and the model has alignment
         heads (check :attr:`has_alignment_heads`). ``progress`` hears the windows decoded (on
         this thread): after each batch of chunked decoding, within Whisper's sequential loop as
@@ -306,9 +308,15 @@ class WhisperTranscriber:
         live utterance, speaker_asr/patches/draft_decoding.py): its ``given`` tokens, the previous
         decode of this audio's beginning, are proposed to the model, which keeps the ones it would
         pick itself (the same greedy tokens, fewer decoder steps; only for one greedy window without
-        an assistant), and ``generated`` receives this decode's tokens."""
+        an assistant), and ``generated`` receives this decode's tokens. ``cancel``: once it is
+        set, the decode stops at its next token with :class:`DecodeCancelled` (a live session's
+        partial decode that its utterance's end made useless). ``stop_loops``: the decode ends
+        where its tokens start going round in a loop (:func:`~speaker_asr.asr.hallucination.looping`:
+        a phrase repeated back to back) instead of running on to its token limit."""
         import torch
 
+        if cancel is not None and cancel.is_set():
+            raise DecodeCancelled("cancelled before it started")
         words_mode = word_timestamps and self.has_alignment_heads
         # one language for the whole file, detected on the first 30 s when not given: windows
         # cannot flip language midway, and the response can report it (the pipeline's own
@@ -341,6 +349,8 @@ class WhisperTranscriber:
         if max_new_tokens is not None:
             generate_kwargs["max_new_tokens"] = min(max_new_tokens,
                                                     generate_kwargs.get("max_new_tokens", max_new_tokens))
+        if cancel is not None or stop_loops:
+            generate_kwargs["stopping_criteria"] = _stopping(cancel, stop_loops, self._timestamp_begin())
         windows = None
         if progress is not None:
             windows = AsrWindows(self.window_count(len(audio), cfg, chunked), progress)
@@ -380,6 +390,11 @@ class WhisperTranscriber:
         return Transcript(text=text, chunks=chunks, language=language, words=words,
                          assisted=decision, dropped=dropped)
 
+    def _timestamp_begin(self) -> Optional[int]:
+        """The first of Whisper's timestamp tokens (every id from it on is a time, not text)."""
+        no_timestamps = getattr(self.model.generation_config, "no_timestamps_token_id", None)
+        return None if no_timestamps is None else int(no_timestamps) + 1
+
     def detect_language(self, audio: np.ndarray) -> Optional[str]:
         """Whisper's language detection on the first 30 s."""
         import torch
@@ -393,3 +408,29 @@ class WhisperTranscriber:
         token = self.processor.tokenizer.convert_ids_to_tokens(int(ids.reshape(-1)[0]))
         code = str(token).strip("<|>")
         return code if code in self.languages else None
+
+
+class DecodeCancelled(Exception):
+    """A decode stopped by its caller through its ``cancel`` event."""
+
+
+def _stopping(cancel: Optional[threading.Event], stop_loops: bool, timestamp_begin: Optional[int]):
+    """generate's stopping criteria, checked once per generated token: with ``cancel``, a
+    :class:`DecodeCancelled` at the first token after it is set; with ``stop_loops``, the end of
+    the sequences whose text tokens loop (:func:`~speaker_asr.asr.hallucination.looping`; the
+    timestamp tokens from ``timestamp_begin`` on left out: each repeat of a looping sentence
+    gets new times)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Stop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            if cancel is not None and cancel.is_set():
+                raise DecodeCancelled("cancelled while it decoded")
+            done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+            if stop_loops:
+                for i, row in enumerate(input_ids.tolist()):
+                    done[i] = looping([t for t in row if timestamp_begin is None or t < timestamp_begin])
+            return done
+
+    return StoppingCriteriaList([Stop()])

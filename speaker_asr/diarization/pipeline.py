@@ -222,3 +222,45 @@ def diarize(pipeline, audio: np.ndarray, num_speakers: Optional[int] = None,
         return Diarization(turns, _annotation_turns(exclusive) if exclusive is not None else None)
     # pyannote.audio 3.x: an Annotation, without an exclusive diarization of its own
     return Diarization(_annotation_turns(output))
+
+
+def frame_activity(pipeline, audio: np.ndarray):
+    """The segmentation model's frame-level speaker activity over the whole of ``audio`` in one
+    pass (an utterance of at most 30 s: a live item), as a
+    :class:`~speaker_asr.diarization.frames.Activity` (powerset scores turned into local
+    speakers by the pipeline's own conversion); None when the pipeline has no segmentation
+    model this can run (not pyannote's ``SpeakerDiarization``), or the audio is shorter than
+    the model's receptive field."""
+    import torch
+
+    from speaker_asr.diarization.frames import Activity
+
+    inference = getattr(pipeline, "_segmentation", None)
+    model = getattr(inference, "model", None)
+    conversion = getattr(inference, "conversion", None)
+    if model is None or conversion is None or not callable(conversion):
+        return None
+    rate = int(getattr(getattr(model, "hparams", None), "sample_rate", SAMPLE_RATE) or SAMPLE_RATE)
+    if rate != SAMPLE_RATE or len(audio) < int(0.1 * SAMPLE_RATE):
+        return None
+    waveform = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None, None]
+    device = getattr(inference, "device", None)
+    if device is not None:
+        waveform = waveform.to(device)
+    with torch.inference_mode():
+        scores = model(waveform)
+        frames = conversion(scores)
+    frames = np.asarray(frames.detach().cpu().numpy()[0] > 0.5)
+    if not len(frames):
+        return None
+    # the frames' own step (SincNet's hop: 270 samples for segmentation-3.0); the audio's length
+    # over the frames where the model says none
+    step = None
+    try:
+        step = float(model.receptive_field.step)  # pyannote.audio 4.x
+    except Exception:
+        try:
+            step = float(model.example_output.frames.step)  # pyannote.audio 3.x
+        except Exception:
+            step = None
+    return Activity(frames, step or len(audio) / SAMPLE_RATE / len(frames))

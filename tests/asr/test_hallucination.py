@@ -101,3 +101,17 @@ def test_drop_hallucinations_removes_both_kinds_once():
     assert cleaned.segments == [segs[0]]
     assert cleaned.dropped == ["There's not much difference at least they all call x x x x"]
     assert drop_hallucinations(segs[:1], SPOKEN_BEFORE) is None
+
+
+def test_a_decode_loops_when_a_phrase_repeats_back_to_back_at_its_end():
+    from speaker_asr.asr.hallucination import looping
+
+    sorry = [40, 1101, 7014, 13]  # " I", "'m", " sorry", "."
+    prompt = [50257, 50362]
+    assert looping(prompt + [5, 6, 7] + sorry * 3)  # the third "I'm sorry." in a row: a loop
+    assert not looping(prompt + [5, 6, 7] + sorry * 2)
+    assert not looping(prompt + sorry * 3 + [8])  # it moved on
+    assert not looping(prompt + [9, 9, 9])  # "no no no": a word said three times is speech
+    assert looping(prompt + [9] * 12)
+    assert looping(prompt + [3, 4] * 6) and not looping(prompt + [3, 4] * 5)  # 12 tokens in all
+    assert not looping([]) and not looping(list(range(40)))

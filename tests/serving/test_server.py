@@ -577,7 +577,7 @@ def test_health_is_not_ok_until_the_warm_up_ends(tiny_models, monkeypatch):
         wait_until(lambda: HTTP.get(url + "/health").status_code == 200, timeout=120)
         assert done.is_set()
         handler = app.state.runner.handler
-        assert set(handler.models.warm_up_seconds) == {"plain", "assisted", "diarization"}
+        assert set(handler.models.warm_up_seconds) == {"plain", "assisted", "diarization", "utterance"}
         assert all(v["timings"] == 0 for v in handler.models.asr.assist_policy.snapshot().values())
 
 
