@@ -5,6 +5,8 @@ WebSocket route (``/v1/realtime?intent=transcription``, speaker_asr/serving/real
   calls out (docs/architecture.md, "A live session, in one pass");
 * :mod:`.engine` -- its model calls, onto the model thread or the diarization thread, through
   :class:`speaker_asr.models.Models`;
+* :mod:`.speaker_work` -- who speaks in the items, found on the diarization thread while the
+  audio arrives (where a growing item changes hands; a committed item's speakers);
 * :mod:`.vad` -- silero-vad and the turn detector.
 
 The rest holds no I/O and no model, each piece unit-tested with hand-made inputs:

@@ -11,17 +11,17 @@ methods; the tests hand it a stand-in that decodes by the audio's length.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import threading
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from speaker_asr.attribution.response import attribute
-from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig, ModelCapabilities
+from speaker_asr.diarization.frames import Activity
 from speaker_asr.models import Decoded, Models
-from speaker_asr.result import Result, SpeakerTurn
+from speaker_asr.result import Result
+from speaker_asr.types import Diarization
 
 # a decode makes at most this many tokens per second of audio (plus DECODE_MIN_TOKENS): speech
 # runs at 3-6 tokens a second, and a decode that loops on a wrong language or a hallucination
@@ -33,19 +33,6 @@ DECODE_MIN_TOKENS = 24
 def decode_token_limit(samples: int) -> int:
     """The most tokens a live decode of ``samples`` of audio makes."""
     return DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * samples / SAMPLE_RATE)
-
-
-@dataclass
-class ItemSpeakers:
-    """Who speaks in an item, as its own diarization found them: ``turns``, the item's words
-    attributed to them as the file route attributes them (the transcript's speaker turns, times
-    from the item's start; a turn's ``speaker`` is a label of this item only, or None where the
-    diarization heard nobody); per label, its ``voice`` (a unit vector, None when it had no
-    speech alone to embed) and ``seconds`` of speech alone."""
-
-    turns: list[SpeakerTurn]
-    voice: dict[str, Optional[list[float]]]
-    seconds: dict[str, float]
 
 
 class LiveEngine:
@@ -131,12 +118,13 @@ class LiveEngine:
     # -- the calls (run through run() or on_diarization_thread()) -------------------------------
 
     def decode(self, audio: np.ndarray, config: InferenceConfig,
-               previous: Optional[Decoded] = None) -> Decoded:
+               previous: Optional[Decoded] = None, cancel: Optional[threading.Event] = None) -> Decoded:
         """The audio's transcript, with word times where the model has alignment heads (speakers
         are given by them). ``previous``: a decode of the same audio's beginning, whose tokens
-        the model verifies as its draft. At most :func:`decode_token_limit` tokens."""
+        the model verifies as its draft. At most :func:`decode_token_limit` tokens. ``cancel``:
+        set, the decode stops at its next token (an exception)."""
         return self.models.decode(audio, config, draft=previous.tokens if previous is not None else None,
-                                  max_new_tokens=decode_token_limit(len(audio)))
+                                  max_new_tokens=decode_token_limit(len(audio)), cancel=cancel)
 
     def language(self, audio: np.ndarray) -> Optional[str]:
         """Whisper's language detection on the audio (its first 30 s)."""
@@ -148,21 +136,17 @@ class LiveEngine:
     def reference(self, index: int, name: str, clip) -> np.ndarray:
         return self.models.reference(index, name, clip)
 
-    def speakers(self, audio: np.ndarray, decoded: Decoded, config: InferenceConfig) -> Optional[ItemSpeakers]:
-        """Who speaks in the item: the diarization on its audio (with each speaker's voice) and
-        its words attributed to them by the file route's
-        :func:`~speaker_asr.attribution.response.attribute`. None when the diarization heard
-        nobody or failed (the caller embeds the whole item)."""
-        if decoded.transcript is None or self.models.diarizer is None:
+    def activity(self, audio: np.ndarray) -> Optional[Activity]:
+        """Which (local) speakers talk in each frame of a growing item's audio (the segmentation
+        model alone); None where the diarization cannot run it alone."""
+        return self.models.activity(audio)
+
+    def utterance(self, audio: np.ndarray, config: InferenceConfig) -> Optional[Diarization]:
+        """Who speaks in a committed item, with their voices (no words needed: it runs beside
+        the item's final decode); None without a diarization."""
+        if self.models.diarizer is None:
             return None
-        found = self.models.diarize(audio, config, with_voices=True)
-        if found.error is not None or found.embedding_error is not None or not found.turns:
-            return None
-        result = attribute(decoded.transcript, len(audio) / SAMPLE_RATE, found, with_words=True)
-        seconds: dict[str, float] = {}
-        for turn in speakers_alone(found):
-            seconds[turn.speaker] = seconds.get(turn.speaker, 0.0) + max(0.0, turn.end - turn.start)
-        return ItemSpeakers(result.speaker_turns, dict(found.voices), seconds)
+        return self.models.diarize_utterance(audio, config)
 
     def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
                            progress: Callable[[Any], None]) -> Result:

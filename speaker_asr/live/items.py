@@ -12,10 +12,12 @@ ready when the VAD commits.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Optional
 
 from speaker_asr.audio.decode import SAMPLE_RATE
+from speaker_asr.diarization.frames import CHANGE_AFTER_S, CHANGE_BEFORE_S
 from speaker_asr.live.agreement import LocalAgreement
 from speaker_asr.models import Decoded
 
@@ -26,6 +28,12 @@ PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decod
 # took: a decode that ends an utterance then rarely waits behind one (pause decodes do not wait)
 PARTIAL_REST = 1.0
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
+# a growing item's speaker activity is looked at again after this much new audio (the
+# segmentation model over the item: about 4 ms per second of audio on a CPU core)
+ACTIVITY_INTERVAL_S = 0.2
+# a look at a growing item's speakers takes its last seconds at most (a hand-over is found in its
+# last CHANGE_BEFORE_S + CHANGE_AFTER_S; the look's cost stays that of a short item)
+LOOK_S = 8.0
 
 
 @dataclass
@@ -41,14 +49,39 @@ class Item:
     last_partial: Optional[tuple[int, Decoded]] = None  # its last whole partial decode: (audio end, it)
     previous_id: Optional[str] = None  # the item committed before it
     language: Optional[str] = None  # detected for it (a multilingual model, no session language)
+    end: Optional[int] = None  # the clock sample its audio ends at, once committed
+    activity_at: int = 0  # samples it had when its speaker activity was last looked at
+    change_at: Optional[int] = None  # the clock sample where another person took over (to cut at)
+    speakers: Optional[asyncio.Future] = None  # once committed: who speaks in it, being found
 
     def final_decode(self) -> Optional[Decoded]:
-        """Its last partial decode when that heard all its speech (it ended after the speech's
-        end): the final decode then, with no decode at commit."""
+        """Its last partial decode when that heard all its speech and nothing after its audio
+        (it ended after the speech's end, not after the item's cut): the final decode then, with
+        no decode at commit."""
         if self.last_partial is not None and self.speech_end is not None \
-                and self.last_partial[0] >= self.speech_end:
+                and self.speech_end <= self.last_partial[0] <= (self.end if self.end is not None else self.last_partial[0]):
             return self.last_partial[1]
         return None
+
+    def covers(self, end: int) -> bool:
+        """Whether a partial decode of its audio up to clock sample ``end`` can be its final
+        decode (it is still growing, or ``end`` lies between its speech's end and its cut)."""
+        if self.end is None:
+            return True
+        return self.speech_end is not None and self.speech_end <= end <= self.end
+
+
+def activity_due(item: Item, clock: int) -> bool:
+    """Whether the growing ``item``'s speaker activity is looked at again at clock sample
+    ``clock``: once it is long enough to have changed hands (a speaker alone for
+    ``CHANGE_BEFORE_S``, another for ``CHANGE_AFTER_S``), then after each
+    :data:`ACTIVITY_INTERVAL_S` of new audio; when due, the item notes it."""
+    grown = clock - item.start
+    if grown < (CHANGE_BEFORE_S + CHANGE_AFTER_S) * SAMPLE_RATE \
+            or grown - item.activity_at < ACTIVITY_INTERVAL_S * SAMPLE_RATE:
+        return False
+    item.activity_at = grown
+    return True
 
 
 def partial_due(item: Item, clock: int, pause: int, now: float, last_decode: tuple[float, float]) -> bool:

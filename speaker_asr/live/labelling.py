@@ -1,21 +1,51 @@
 """An item's speakers in the session's labels, and the ``segment`` events that carry them. No I/O
-and no model: what the item's own diarization found (an
-:class:`~speaker_asr.live.engine.ItemSpeakers`), or the whole item's voice, goes in with the
-session's :class:`~speaker_asr.live.speakers.OnlineSpeakers`; speaker turns come out.
+and no model: what the item's own diarization found (its words attributed to it:
+:func:`item_speakers`), or the whole item's voice, goes in with the session's
+:class:`~speaker_asr.live.speakers.OnlineSpeakers`; speaker turns come out.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
-from speaker_asr.live.engine import ItemSpeakers
+from speaker_asr.attribution.response import attribute
+from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.live.protocol import SegmentWord, TranscriptionSegment
 from speaker_asr.live.speakers import OnlineSpeakers
 from speaker_asr.result import SpeakerTurn
-from speaker_asr.types import Word
+from speaker_asr.types import Diarization, Transcript, Word
+
+
+@dataclass
+class ItemSpeakers:
+    """Who speaks in an item, as its own diarization found them: ``turns``, the item's words
+    attributed to them as the file route attributes them (the transcript's speaker turns, times
+    from the item's start; a turn's ``speaker`` is a label of this item only, or None where the
+    diarization heard nobody); per label, its ``voice`` (a unit vector, None when it had no
+    speech alone to embed) and ``seconds`` of speech alone."""
+
+    turns: list[SpeakerTurn]
+    voice: dict[str, Optional[list[float]]]
+    seconds: dict[str, float]
+
+
+def item_speakers(found: Optional[Diarization], transcript: Optional[Transcript],
+                  seconds: float) -> Optional[ItemSpeakers]:
+    """The item's words (its final decode's ``transcript``) attributed to the speakers its own
+    diarization ``found`` (:func:`speaker_asr.attribution.response.attribute`, the file route's
+    rule). None when there is nothing to attribute, the diarization failed or heard nobody (the
+    caller then decides the item by its whole voice)."""
+    if found is None or transcript is None or found.error is not None \
+            or found.embedding_error is not None or not found.turns:
+        return None
+    result = attribute(transcript, seconds, found, with_words=True)
+    alone: dict[str, float] = {}
+    for turn in speakers_alone(found):
+        alone[turn.speaker] = alone.get(turn.speaker, 0.0) + max(0.0, turn.end - turn.start)
+    return ItemSpeakers(result.speaker_turns, dict(found.voices), alone)
 
 
 def turns_by_voice(speakers: OnlineSpeakers, embedding: Optional[np.ndarray], seconds: float,

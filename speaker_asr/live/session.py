@@ -37,9 +37,11 @@ Decoding and speakers (docs/architecture.md, "A live session, in one pass", walk
       through the engine (:mod:`.engine`), each decode feeding
       :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
       ``delta`` events; at commit its final decode gives the last ``delta`` and ``completed``.
-    * With ``speaker_labels`` and a diarization loaded, its speakers are found on the
-      diarization thread, beside the next decodes, and given the session's labels
-      (:mod:`.labelling`) -> one ``segment`` event per speaker turn. Items complete in order.
+      A partial that cannot be the final stops at the commit; none starts while a final waits.
+    * With ``speaker_labels`` and a diarization loaded (:mod:`.speaker_work`), a growing item
+      is cut where another person takes over; once its text is out its speakers are found on
+      the diarization thread and given the session's labels (:mod:`.labelling`) -> one
+      ``segment`` event per speaker turn, before the next item. Items complete in order.
     * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
       it (no internals; the traceback goes to the log); the session goes on. A failed partial
       decode is logged and skipped; a failure while finding speakers costs the item its
@@ -78,10 +80,8 @@ from speaker_asr.config import InferenceConfig, ModelCapabilities
 from speaker_asr.errors import RequestError
 from speaker_asr.formats.openai_shapes import done_event
 from speaker_asr.live.audio_format import AudioFormatError, FrameDecoder
-from speaker_asr.live.engine import ItemSpeakers
 from speaker_asr.live.final_pass import KeptAudio, Span, run_final_pass
 from speaker_asr.live.items import MAX_ITEM_S, Item, partial_due
-from speaker_asr.live.labelling import segment_event, turns_by_diarization, turns_by_voice
 from speaker_asr.live.language import SessionLanguage
 from speaker_asr.live.protocol import (FINISH, SERVER_ERROR, Cleared, Committed, DurationUsage,
                                        FailureDetail, InputAudioBufferAppend,
@@ -93,9 +93,9 @@ from speaker_asr.live.protocol import (FINISH, SERVER_ERROR, Cleared, Committed,
                                        TranscriptionSession, UserAudioItem, commit_empty_error,
                                        new_id, parse_client_event)
 from speaker_asr.live.session_config import session_config
+from speaker_asr.live.speaker_work import SpeakerWork
 from speaker_asr.live.speakers import OnlineSpeakers
 from speaker_asr.live.vad import TurnDetector
-from speaker_asr.models import Decoded
 from speaker_asr.settings import DEFAULT_LIVE_MAX_SESSION_S
 
 logger = logging.getLogger("server")
@@ -136,12 +136,16 @@ class LiveSession:
         self.previous_item_id: Optional[str] = None
         self.speakers: Optional[OnlineSpeakers] = None
         self.known: dict[str, np.ndarray] = {}
-        self.segments = 0
         self.queue: asyncio.Queue = asyncio.Queue()
         self.pending = 0  # committed items not yet completed
         self._room = asyncio.Event()
         self._room.set()
         self._partial: Optional[asyncio.Task] = None
+        # the running partial decode's item, audio end and cancel flag (an utterance that ended
+        # makes it useless unless it is that utterance's final decode)
+        self._partial_of: Optional[tuple[Item, int, threading.Event]] = None
+        self._finals = 0  # committed items whose final decode has not ended: no partial before it
+        self.speaker_work = SpeakerWork(engine)  # who speaks in the items
         self._decoded = (0.0, 0.0)  # the last partial decode: (monotonic time it ended, seconds)
         self.language = SessionLanguage(engine.multilingual)
         self._worker: Optional[asyncio.Task] = None
@@ -164,6 +168,9 @@ class LiveSession:
         """Everything pending is cancelled (queued model calls dropped, a running final pass
         stopped at its next step)."""
         self._closed.set()
+        if self._partial_of is not None:
+            self._partial_of[2].set()
+        await self.speaker_work.close()
         tasks = (self.ending, self._partial, self._worker)
         for task in tasks:
             if task is not None and not task.done():
@@ -359,13 +366,26 @@ class LiveSession:
             self._trim(max(self.buffer_start, self.clock - keep))
         else:
             item = self.item
-            if self.clock - item.start >= MAX_ITEM_S * SAMPLE_RATE:  # the longest item: split here
-                await self.send(SpeechStopped(audio_end_ms=_ms(self.clock), item_id=item.id))
-                await self._commit(item, self.clock)
-                self.item = Item(new_id("item"), self.clock)
-                await self.send(SpeechStarted(audio_start_ms=_ms(self.clock), item_id=self.item.id))
+            if item.change_at is not None:  # another person took over: the item ends where they began
+                await self._split(item, item.change_at)
+            elif self.clock - item.start >= MAX_ITEM_S * SAMPLE_RATE:  # the longest item: split here
+                await self._split(item, self.clock)
             else:
+                if self._labels_on():
+                    self.speaker_work.look(item, self.clock, self._audio)
                 self._maybe_partial(item)
+
+    async def _split(self, item: Item, at: int) -> None:
+        """The growing ``item`` ends at clock sample ``at`` and the speech goes on in a new one
+        (``speech_stopped`` + ``committed`` + ``speech_started``)."""
+        item.speech_end = at
+        await self.send(SpeechStopped(audio_end_ms=_ms(at), item_id=item.id))
+        await self._commit(item, at)
+        self.item = Item(new_id("item"), at)
+        await self.send(SpeechStarted(audio_start_ms=_ms(at), item_id=self.item.id))
+
+    def _labels_on(self) -> bool:
+        return bool(self.session.speaker_asr.speaker_labels) and self.engine.has_voices
 
     def _trim(self, start: int) -> None:
         """Drop the buffer's audio before clock sample ``start``."""
@@ -396,11 +416,13 @@ class LiveSession:
             return
         self._trim(end)
         self.item = None
+        item.end = end
         self.language.heard(audio, self.config.language)
         item.previous_id = self.previous_item_id
         await self.send(Committed(item_id=item.id, previous_item_id=item.previous_id))
         await self.send(ItemAdded(previous_item_id=item.previous_id, item=UserAudioItem.of(item.id)))
         self.previous_item_id = item.id
+        self._finals += 1
         self.pending += 1
         if self.pending >= MAX_PENDING_ITEMS:
             self._room.clear()
@@ -424,7 +446,7 @@ class LiveSession:
         """A partial decode of the growing item when the model is free and one is due
         (:func:`~speaker_asr.live.items.partial_due`); it is timed (word times, as the final
         decode) and kept, as the final decode when it heard all the speech."""
-        if (self._partial is not None and not self._partial.done()) or self.engine.busy():
+        if (self._partial is not None and not self._partial.done()) or self._finals or self.engine.busy():
             return
         pause = self.detector.pause(self.clock) if self.detector is not None else 0
         if not partial_due(item, self.clock, pause, time.monotonic(), self._decoded):
@@ -437,16 +459,19 @@ class LiveSession:
         whole = end - len(audio) == item.start  # the item from its start (not its last 30 s)
         # a decode of the whole item is the draft of this one
         previous = item.last_partial[1] if item.last_partial is not None and whole else None
-        started = time.monotonic()
+        started, cancel = time.monotonic(), threading.Event()
+        self._partial_of = (item, end, cancel)
         try:
             config = await self._item_config(item, audio)
-            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
+            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel))
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.warning("a partial decode failed (skipped)", exc_info=True)
+            if not cancel.is_set():
+                logger.warning("a partial decode failed (skipped)", exc_info=True)
             return
         finally:
+            self._partial_of = None
             ended = time.monotonic()
             self._decoded = (ended, ended - started)
         if whole:  # the final may use it
@@ -475,6 +500,9 @@ class LiveSession:
             item, audio = await self.queue.get()
             try:
                 if self._partial is not None and not self._partial.done():
+                    running = self._partial_of
+                    if running is not None and not (running[0] is item and item.covers(running[1])):
+                        running[2].set()  # it cannot be this item's final decode: it stops now
                     try:  # its delta goes out before the item's completion
                         await asyncio.shield(self._partial)
                     except Exception:
@@ -502,16 +530,20 @@ class LiveSession:
             config = await self._item_config(item, audio)
             decoded = item.final_decode()  # a partial decoded after its last speech: all of it
             if decoded is None:
+                # (a partial that heard past the item's cut drafts the words before it all the same)
                 previous = item.last_partial[1] if item.last_partial is not None else None
                 decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.error("live transcription of %s failed", item.id, exc_info=exc)
+            self.speaker_work.drop(item)
             await self.send(TranscriptionFailed(item_id=item.id, error=FailureDetail(
                 type="server_error", code=None,
                 message="The server had an error while transcribing this item.")))
             return
+        finally:
+            self._finals -= 1
         finish = item.agreement.finish(decoded.words)
         if finish.delta:
             await self.send(TranscriptionDelta(item_id=item.id, delta=finish.delta))
@@ -519,41 +551,11 @@ class LiveSession:
         await self.send(TranscriptionCompleted(item_id=item.id, transcript=transcript,
                                                usage=DurationUsage(seconds=round(seconds, 3))))
         if transcript and options.speaker_labels and self.engine.has_voices:
-            for event in await self._speakers_of(item, audio, decoded, transcript, options):
+            for event in await self.speaker_work.segments(item, audio, decoded, transcript, self._speakers(options),
+                                                          self.config, options.return_word_timestamps):
                 await self.send(event)
-
-    async def _speakers_of(self, item: Item, audio: np.ndarray, decoded: Decoded, transcript: str,
-                           options) -> list[TranscriptionSegment]:
-        """The item's segment events: its own diarization's speakers
-        (:meth:`~speaker_asr.live.engine.LiveEngine.speakers`) in the session's labels
-        (:func:`~speaker_asr.live.labelling.turns_by_diarization`), or, when it heard nobody, the
-        whole item's voice (:func:`~speaker_asr.live.labelling.turns_by_voice`); one event per
-        speaker turn. A model error here costs the item its segments only (logged): its text is
-        out already."""
-        config, seconds = self.config, len(audio) / SAMPLE_RATE
-        speakers = self._speakers(options)
-        try:
-            found: Optional[ItemSpeakers] = await self.engine.on_diarization_thread(
-                lambda: self.engine.speakers(audio, decoded, config))
-            if found is None:
-                embed = speakers.needs_embedding(seconds) or not speakers.labels
-                embedding = await self.engine.on_diarization_thread(lambda: self.engine.embed(audio)) \
-                    if embed else None
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("live speakers of %s failed", item.id)
-            return []
-        if found is None:
-            turns = turns_by_voice(speakers, embedding, seconds, transcript, decoded.words)
         else:
-            turns = turns_by_diarization(speakers, found)
-        events = []
-        for turn in turns:
-            events.append(segment_event(item.id, self.segments, item.start / SAMPLE_RATE, seconds, turn,
-                                        options.return_word_timestamps))
-            self.segments += 1
-        return events
+            self.speaker_work.drop(item)
 
     # -- the end -----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 from speaker_asr.live.items import MAX_ITEM_S
 from speaker_asr.live.session import LiveSession
 from speaker_asr.live.vad import WINDOW, TurnDetector, TurnEvent
-from speaker_asr.types import Word
+from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 
 SR = 16_000
 
@@ -30,12 +30,14 @@ class FakeEngine:
     multilingual = False
     max_audio_seconds = None
 
-    def __init__(self, fail: bool = False, voices=None):
+    def __init__(self, fail: bool = False, voices=None, activity=None):
         self.calls = 0
         self.decodes = []  # (samples, the previous decode given as its draft) of every decode
         self.languages = []  # the config's language at every decode
         self.fail = fail
-        self.found = voices  # audio -> ItemSpeakers (the item's own diarization), or None: nobody found
+        self.found = voices  # audio -> Diarization (the item's own, with voices), or None: nobody found
+        self.activities = activity  # audio -> Activity (who speaks in a growing item), or None
+        self.looked = []  # the audio lengths of the activity looks
 
     def busy(self) -> bool:
         return False
@@ -49,7 +51,7 @@ class FakeEngine:
 
     on_diarization_thread = run
 
-    def decode(self, audio, config, previous=None):
+    def decode(self, audio, config, previous=None, cancel=None):
         from speaker_asr.models import Decoded
 
         self.decodes.append((len(audio), previous))
@@ -58,14 +60,19 @@ class FakeEngine:
             raise RuntimeError("boom")
         n = int(len(audio) / SR * 2)  # two words a second
         words = [Word(f" w{i}", i * 0.5, i * 0.5 + 0.4) for i in range(n)]
-        return Decoded("".join(w.text for w in words).strip(), words)
+        text = "".join(w.text for w in words).strip()
+        return Decoded(text, words, Transcript(text, [Segment(text, 0.0, n * 0.5)] if n else [], "en", words))
 
     def embed(self, audio):
         loud = float(np.abs(audio).mean() > 0.2)
         return np.array([1.0 - loud, loud])
 
-    def speakers(self, audio, decoded, config):
-        return self.found(audio, decoded) if self.found is not None else None
+    def utterance(self, audio, config):
+        return self.found(audio) if self.found is not None else None
+
+    def activity(self, audio):
+        self.looked.append(len(audio))
+        return self.activities(audio) if self.activities is not None else None
 
 
 class LoudVad:
@@ -190,23 +197,20 @@ def test_two_utterances_of_different_voices_get_two_speakers_and_chained_items()
 
 
 def test_an_item_with_two_voices_gets_a_segment_per_voice():
-    """The item's own diarization found two voices (the fake: the first half of the words one,
-    the rest another): two segment events, each with its words' text and times, and the labels
-    come back for the same voices in the next item."""
-    from speaker_asr.live.engine import ItemSpeakers
-    from speaker_asr.result import SpeakerTurn
+    """The item's own diarization found two voices (the fake: the first half of the item one,
+    the rest another): its words are attributed to them by time, two segment events, each with
+    its words' text and times, and the labels come back for the same voices in the next item."""
 
-    def found(audio, decoded):
-        half = len(decoded.words) // 2
-        first, second = decoded.words[:half], decoded.words[half:]
-        turns = [SpeakerTurn("L1", "".join(w.text for w in first), first[0].start, first[-1].end, first),
-                 SpeakerTurn("L2", "".join(w.text for w in second), second[0].start, second[-1].end, second)]
-        return ItemSpeakers(turns, {"L1": [1.0, 0.0], "L2": [0.0, 1.0]}, {"L1": 1.5, "L2": 1.5})
+    def found(audio):
+        half = round(len(audio) / SR / 2 * 2) / 2  # on a word boundary (two words a second)
+        turns = [Turn(0.0, half, "L1"), Turn(half, len(audio) / SR, "L2")]
+        return Diarization(turns, turns, {"L1": [1.0, 0.0], "L2": [0.0, 1.0]})
 
     audio = np.concatenate([silence(0.5), speech(3.0), silence(1.0), speech(3.0), silence(1.0)])
     sent = run_session(frames(audio), engine=FakeEngine(voices=found))
     segments = [e for e in sent if e["type"].endswith(".segment")]
-    assert [s["speaker"] for s in segments] == ["SPEAKER_00", "SPEAKER_01"] * 2
+    speakers = [s["speaker"] for s in segments]
+    assert sorted(speakers[:2]) == ["SPEAKER_00", "SPEAKER_01"] and speakers[2:] == speakers[:2]
     completed = [e for e in sent if e["type"].endswith(".completed")]
     assert " ".join(s["text"] for s in segments[:2]) == completed[0]["transcript"]
     assert segments[0]["end"] <= segments[1]["start"] and segments[1]["end"] <= segments[2]["start"]
@@ -641,3 +645,91 @@ def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     assert decoded.text == "hello" and calls[0]["max_new_tokens"] == 54
     engine.decode(np.zeros(20 * SR, np.float32), config, decoded)
     assert calls[1]["max_new_tokens"] == 324 and calls[1]["draft"].given is None  # no tokens kept
+
+
+def loudness_activity(audio):
+    """A stand-in segmentation: per 20 ms frame, local speaker 0 for a quiet voice, 1 for a loud one."""
+    from speaker_asr.diarization.frames import Activity
+
+    step = SR // 50
+    rms = np.array([np.sqrt(np.mean(audio[i:i + step] ** 2)) for i in range(0, len(audio) - step + 1, step)])
+    return Activity(np.stack([(rms > 0.05) & (rms < 0.2), rms >= 0.2], axis=1), 0.02)
+
+
+def test_an_item_ends_where_another_person_takes_over_and_its_segments_come_before_the_next_item():
+    """Two voices with no pause between them (the VAD hears one utterance): the growing item's
+    speaker activity shows the hand-over, so the item ends there (speech_stopped at the cut,
+    then a new item from the same point), each item has its own speaker, and an item's segments
+    are sent before the next item completes."""
+    engine = FakeEngine(activity=loudness_activity)
+    audio = np.concatenate([silence(0.5), speech(2.0, 0.1), speech(2.0, 0.5), silence(1.0)])
+    sent = run_session(frames(audio), engine=engine)
+    stopped = [e for e in sent if e["type"].endswith("speech_stopped")]
+    started = [e for e in sent if e["type"].endswith("speech_started")]
+    assert len(stopped) == len(started) == 2
+    assert abs(stopped[0]["audio_end_ms"] - 2500) <= 60  # where the loud voice began
+    assert started[1]["audio_start_ms"] == stopped[0]["audio_end_ms"]
+    assert abs(stopped[1]["audio_end_ms"] - 4500) <= 60
+    segments = [e for e in sent if e["type"].endswith(".segment")]
+    assert [(s["item_id"], s["speaker"]) for s in segments] == [
+        (stopped[0]["item_id"], "SPEAKER_00"), (stopped[1]["item_id"], "SPEAKER_01")]
+    order = [(e["type"].rsplit(".", 1)[-1], item_of(e)) for e in sent if e["type"].endswith((".segment", ".completed"))]
+    assert order == [("completed", stopped[0]["item_id"]), ("segment", stopped[0]["item_id"]),
+                     ("completed", stopped[1]["item_id"]), ("segment", stopped[1]["item_id"])]
+    # the first item's text is its own audio's: its final decode did not hear the second voice
+    completed = [e for e in sent if e["type"].endswith(".completed")]
+    assert completed[0]["usage"]["seconds"] == pytest.approx(2.1, abs=0.06)
+    assert engine.looked and max(engine.looked) <= 4.2 * SR
+
+
+def test_one_voice_is_one_item_whatever_its_length():
+    engine = FakeEngine(activity=loudness_activity)
+    sent = run_session(frames(np.concatenate([silence(0.5), speech(6.0, 0.1), silence(1.0)])), engine=engine)
+    assert types(sent).count("committed") == 1 and len(engine.looked) >= 10
+
+
+def test_a_partial_decode_the_utterances_end_made_useless_is_stopped_at_once():
+    """A partial decode still running when the utterance ends, of audio that is not the item's
+    whole speech, is cancelled: the final decode does not wait behind it."""
+    import time as _time
+
+    cancelled = []
+
+    class SlowPartials(FakeEngine):
+        async def run(self, fn):
+            return await asyncio.to_thread(fn)
+
+        def busy(self):
+            return False
+
+        def decode(self, audio, config, previous=None, cancel=None):
+            if len(audio) < 2.0 * SR and cancel is not None:  # the partial of the first 2 s: slow
+                if cancel.wait(5.0):
+                    cancelled.append(len(audio))
+                    raise RuntimeError("cancelled")
+            return super().decode(audio, config, previous, cancel)
+
+    times = {}
+
+    async def send(event):
+        data = event.to_json() if hasattr(event, "to_json") else event
+        kind = json.loads(data)["type"] if isinstance(data, str) else data["type"]
+        times.setdefault(kind, _time.monotonic())
+
+    async def main():
+        session = LiveSession(send, SlowPartials(), LoudVad)
+        await session.start()
+        await session.handle(json.dumps({"type": "session.update", "session": {
+            "type": "transcription", "audio": {"input": {
+                "format": {"type": "audio/pcm", "rate": 16000},
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 300, "prefix_padding_ms": 100}}}}}))
+        for m in frames(np.concatenate([silence(0.5), speech(2.5), silence(0.6)])):
+            await session.handle(m)
+            await asyncio.sleep(0.001)
+        await session.drain()
+        await session.close()
+
+    asyncio.run(main())
+    assert cancelled, "the slow partial was not cancelled"
+    completed = times["conversation.item.input_audio_transcription.completed"]
+    assert completed - times["input_audio_buffer.committed"] < 1.0
