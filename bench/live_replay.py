@@ -78,6 +78,7 @@ class Recording:
     path: Path
     audio: np.ndarray  # 16 kHz float32
     reference: Optional[list[RefToken]]  # from ref.words.json, else None
+    words: Optional[list[dict]] = None  # the reference words ({start, end, speaker, word}), else None
 
 
 @dataclass
@@ -105,28 +106,62 @@ class Replay:
 
 
 def read_recording(path: Path, max_seconds: Optional[float]) -> Recording:
-    """A WAV file, or a folder in the real-meetings layout (``audio.wav`` + ``ref.words.json``)."""
+    """A WAV file, or a folder in the real-meetings layout (``audio.wav`` + ``ref.words.json``);
+    a WAV file's references are a ``<stem>.words.json`` beside it when there is one (the layout
+    of eval/longform.py's recordings: ``text`` for ``word``)."""
     folder = path if path.is_dir() else None
     wav = folder / "audio.wav" if folder else path
     audio = common._read16k(wav)
     if max_seconds:
         audio = audio[:int(max_seconds * common.SR)]
-    reference = None
-    words_file = folder / "ref.words.json" if folder else None
-    if words_file and words_file.exists():
-        words = sorted(json.loads(words_file.read_text()), key=lambda w: w["start"])
+    words_file = folder / "ref.words.json" if folder else wav.with_suffix(".words.json")
+    words = None
+    if words_file.exists():
+        words = sorted(({"start": w["start"], "end": w["end"], "speaker": w["speaker"],
+                         "word": w.get("word", w.get("text", ""))} for w in json.loads(words_file.read_text())),
+                       key=lambda w: w["start"])
         if max_seconds:
             words = [w for w in words if w["start"] < max_seconds]
-        reference = [RefToken(tok, w["speaker"], i, "middle") for i, w in enumerate(words)
-                     for tok in normalize_word(w["word"])]
     name = folder.name if folder else wav.stem
-    return Recording(name.split("_0000")[0], wav, audio, reference)
+    return Recording(name.split("_0000")[0], wav, audio, reference_tokens(words), words)
+
+
+def reference_tokens(words: Optional[list[dict]]) -> Optional[list[RefToken]]:
+    if words is None:
+        return None
+    return [RefToken(tok, w["speaker"], i, "middle") for i, w in enumerate(words)
+            for tok in normalize_word(w["word"])]
+
+
+def joined(recordings: list[Recording], gap_s: float = 1.0) -> Optional[Recording]:
+    """The recordings with references one after another (``gap_s`` of silence between), as one
+    long session in which people come back: the real meetings' speakers keep AMI's global ids,
+    and several clips share people (EN2001a/e, EN2006a/b, EN2005a and EN2009b, EN2001b/d). The
+    order interleaves the clips so that a returning speaker comes back after others spoke."""
+    clips = [r for r in recordings if r.words is not None]
+    if len(clips) < 2:
+        return None
+    order = clips[0::2] + clips[1::2]
+    gap = np.zeros(int(gap_s * common.SR), np.float32)
+    parts, words, t = [], [], 0.0
+    for r in order:
+        parts += [r.audio, gap]
+        words += [dict(w, start=round(w["start"] + t, 3), end=round(w["end"] + t, 3)) for w in r.words]
+        t += (len(r.audio) + len(gap)) / common.SR
+    return Recording(f"joined ({len(order)} clips)", Path("joined"), np.concatenate(parts),
+                     reference_tokens(words), words)
 
 
 def inputs(args) -> list[Recording]:
     paths = [Path(p) for p in args.inputs] or sorted(p for p in Path(args.meetings_dir).iterdir()
                                                      if (p / "audio.wav").exists())
-    return [read_recording(p, args.max_seconds) for p in paths]
+    recordings = [read_recording(p, args.max_seconds) for p in paths]
+    if args.joined:
+        long = joined(recordings)
+        if long is None:
+            raise SystemExit("--joined needs at least two recordings with references")
+        recordings.append(long)
+    return recordings
 
 
 def pcm24k(audio16k: np.ndarray) -> bytes:
@@ -215,9 +250,12 @@ def as_reference(tokens: list[HypToken]) -> list[RefToken]:
     return [RefToken(t.text, t.speaker or "<none>", i, "middle") for i, t in enumerate(tokens)]
 
 
-def timings(out: Replay, prefix_ms: int) -> dict:
-    """The latencies of one session (seconds), see the module's docstring."""
+def timings(out: Replay, prefix_ms: int, words: Optional[list[dict]] = None) -> dict:
+    """The latencies of one session (seconds), see the module's docstring, and per item: its
+    audio, latencies, the speakers of its segments and, with reference ``words``, the reference
+    speakers of the words said in it (by their midpoints)."""
     completed = {e["item_id"]: t for t, e in out.of(COMPLETED)}
+    transcripts = {e["item_id"]: e.get("transcript") or "" for _, e in out.of(COMPLETED)}
     committed = {e["item_id"]: t for t, e in out.of("input_audio_buffer.committed")}
     stopped = {e["item_id"]: e["audio_end_ms"] for _, e in out.of("input_audio_buffer.speech_stopped")}
     stopped_at = {e["item_id"]: t for t, e in out.of("input_audio_buffer.speech_stopped")}
@@ -225,17 +263,39 @@ def timings(out: Replay, prefix_ms: int) -> dict:
     first_delta: dict[str, float] = {}
     for t, e in out.of(DELTA):
         first_delta.setdefault(e["item_id"], t)
-    end_to_completed, commit_to_completed, speech_to_delta, early, per_item = [], [], [], 0, []
+    first_segment: dict[str, float] = {}
+    segment_speakers: dict[str, list[str]] = {}
+    for t, e in out.of(SEGMENT):
+        first_segment.setdefault(e["item_id"], t)
+        segment_speakers.setdefault(e["item_id"], []).append(e.get("speaker"))
+    starts = sorted(started.values())
+    done_at = {e["item"]["id"]: t for t, e in out.of("conversation.item.done")}
+    order = [e["item_id"] for _, e in out.of("input_audio_buffer.committed")]
+    # how long each item waited at its commit for the one before it to be finished
+    queued = {item: max(0.0, done_at.get(before, committed[item]) - committed[item])
+              for before, item in zip(order, order[1:])}
+    (end_to_completed, stopped_to_completed, commit_to_completed, speech_to_delta, speaker_lag,
+     early, per_item, unlabelled) = [], [], [], [], [], 0, [], 0
     for item, t_done in completed.items():
-        record = {"item_id": item, "audio_start_ms": started.get(item), "audio_end_ms": stopped.get(item)}
+        record = {"item_id": item, "audio_start_ms": started.get(item), "audio_end_ms": stopped.get(item),
+                  "segment_speakers": segment_speakers.get(item, [])}
         per_item.append(record)
         if item in stopped:
             sent = out.sent_at(stopped[item])
             if sent is not None:
                 end_to_completed.append(t_done - sent)
                 record["end_to_completed"] = round(t_done - sent, 3)
+            stopped_to_completed.append(t_done - stopped_at[item])
+            record["stopped_to_completed"] = round(t_done - stopped_at[item], 3)
         if item in committed:
             commit_to_completed.append(t_done - committed[item])
+            record["queued"] = round(queued.get(item, 0.0), 3)
+            record["first"] = bool(order) and order[0] == item
+        if item in first_segment:
+            speaker_lag.append(first_segment[item] - t_done)
+            record["speaker_lag"] = round(first_segment[item] - t_done, 3)
+        elif transcripts.get(item, "").strip():
+            unlabelled += 1
         if item in first_delta and item in started:
             onset = started[item] + prefix_ms if started[item] > 0 else started[item]
             sent = out.sent_at(onset)
@@ -243,12 +303,33 @@ def timings(out: Replay, prefix_ms: int) -> dict:
                 speech_to_delta.append(first_delta[item] - sent)
             if item in stopped_at and first_delta[item] < stopped_at[item]:
                 early += 1
-    return {"end_to_completed": end_to_completed, "commit_to_completed": commit_to_completed,
-            "speech_to_first_delta": speech_to_delta, "first_delta_before_end": early,
+        if words is not None and item in started:
+            a = started[item] / 1000
+            later = [x for x in starts if x > started[item]]
+            b = stopped[item] / 1000 if item in stopped else (later[0] / 1000 if later else math.inf)
+            said = [w["speaker"] for w in words if a <= (w["start"] + w["end"]) / 2 < b]
+            record["reference_speakers"] = {k: said.count(k) for k in dict.fromkeys(said)}
+    return {"end_to_completed": end_to_completed, "stopped_to_completed": stopped_to_completed,
+            "commit_to_completed": commit_to_completed, "speaker_lag": speaker_lag,
+            "unlabelled": unlabelled, "speech_to_first_delta": speech_to_delta, "first_delta_before_end": early,
             "items": len(committed), "completed": len(completed),
             "failed": len(out.of(FAILED)), "deltas": len(out.of(DELTA)), "segments": len(out.of(SEGMENT)),
             "speakers": sorted({e["speaker"] for _, e in out.of(SEGMENT)}),
+            "mixed": mixed_items(per_item),
             "errors": [e["error"].get("message") for _, e in out.of("error")], "per_item": per_item}
+
+
+def mixed_items(per_item: list[dict]) -> Optional[dict]:
+    """How many items hold more than one reference speaker, counting a speaker with at least 2
+    of the item's words (a backchannel of one word does not make an item mixed), and the share
+    of the items' reference words said by someone other than the item's main speaker."""
+    scored = [r["reference_speakers"] for r in per_item if r.get("reference_speakers")]
+    if not scored:
+        return None
+    words = sum(sum(s.values()) for s in scored)
+    others = sum(sum(s.values()) - max(s.values()) for s in scored)
+    return {"items": len(scored), "mixed": sum(sum(n >= 2 for n in s.values()) >= 2 for s in scored),
+            "words": words, "other_speakers_words": others}
 
 
 def quantile(values: list[float], q: float) -> Optional[float]:
@@ -282,7 +363,7 @@ def run_model(url: str, key: str, recordings: list[Recording], args) -> list[dic
     for rec in recordings:
         print(f"  {rec.name}: live ({len(rec.audio) / common.SR:.1f} s at {args.speed:g}x)", file=sys.stderr)
         out = asyncio.run(replay(url, key, rec.audio, args))
-        row = {"name": rec.name, "seconds": len(rec.audio) / common.SR, **timings(out, args.prefix_ms),
+        row = {"name": rec.name, "seconds": len(rec.audio) / common.SR, **timings(out, args.prefix_ms, rec.words),
                "live_text": " ".join(t.text for t in live_tokens(out))}
         if not args.no_file:
             print(f"  {rec.name}: file endpoint", file=sys.stderr)
@@ -311,9 +392,11 @@ def start_server(model: str, args, log_dir: Path):
                TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false", TOKENIZERS_PARALLELISM="false",
                LOG_LEVEL="warning", MAX_SESSIONS="1")
     env.pop("API_KEY", None)
+    env.update(dict(setting.split("=", 1) for setting in args.server_env))
     if args.threads:
         env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    server = ServerProcess(f"live-{Path(model).name}", env, log_dir)
+    server = ServerProcess(f"live-{Path(model).name}", env, log_dir,
+                           root=Path(args.server_root).resolve() if args.server_root else None)
     loaded = server.wait_ready(timeout=900)
     print(f"{model}: server ready in {loaded:.1f} s", file=sys.stderr)
     return server
@@ -359,35 +442,64 @@ def table(model: str, rows: list[dict]) -> list[str]:
 
 def summary(model: str, rows: list[dict]) -> dict:
     gather = lambda k: [x for r in rows for x in r[k]]  # noqa: E731
+    mixed = [r["mixed"] for r in rows if r.get("mixed")]
     return {"model": model, "files": len(rows), "items": sum(r["items"] for r in rows),
             "completed": sum(r["completed"] for r in rows), "failed": sum(r["failed"] for r in rows),
-            "end_to_completed": gather("end_to_completed"), "commit_to_completed": gather("commit_to_completed"),
+            "end_to_completed": gather("end_to_completed"), "stopped_to_completed": gather("stopped_to_completed"),
+            "commit_to_completed": gather("commit_to_completed"), "speaker_lag": gather("speaker_lag"),
+            "unlabelled": sum(r["unlabelled"] for r in rows),
             "speech_to_first_delta": gather("speech_to_first_delta"),
             "first_delta_before_end": sum(r["first_delta_before_end"] for r in rows),
+            "mixed": {k: sum(m[k] for m in mixed) for k in ("items", "mixed", "words", "other_speakers_words")}
+            if mixed else None,
+            "first_items": [i["stopped_to_completed"] for r in rows for i in r["per_item"]
+                            if i.get("first") and "stopped_to_completed" in i],
             "live": pooled(rows, "live"), "file": pooled(rows, "file"), "live_vs_file": pooled(rows, "live_vs_file")}
 
 
+def spread(values: list[float]) -> str:
+    return f"{fmt(quantile(values, 0.5))} / {fmt(quantile(values, 0.95))} / {fmt(max(values, default=None))}"
+
+
 def summary_table(summaries: list[dict]) -> list[str]:
-    lines = ["| model | files | items (failed) | end -> completed p50 / p95 / max s | commit -> completed p50 / p95 s "
-             "| speech -> first delta p50 / p95 s | first delta before the end | live WER | file WER | live WDER "
-             "| file WDER | live WDER / file WDER |",
-             "|---|---:|---|---|---|---|---|---|---|---|---|---:|"]
+    lines = ["| model | files | items (failed) | end -> completed p50 / p95 / max s "
+             "| speech_stopped -> completed p50 / p95 / max s | completed -> first segment p50 / p95 / max s "
+             "| items with text, no segment | items with 2+ reference speakers | speech -> first delta p50 / p95 s "
+             "| live WER | file WER | live WDER | file WDER | live WDER / file WDER |",
+             "|---|---:|---|---|---|---|---:|---|---|---|---|---|---|---:|"]
     for s in summaries:
-        e2c, c2c, s2d = s["end_to_completed"], s["commit_to_completed"], s["speech_to_first_delta"]
-        live, file = s["live"], s["file"]
+        live, file, mixed = s["live"], s["file"], s["mixed"]
         rel = None
         if live and file and ratio(file["spk_errors"], file["spk_scored"]):
             rel = ratio(live["spk_errors"], live["spk_scored"]) / ratio(file["spk_errors"], file["spk_scored"])
+        s2d = s["speech_to_first_delta"]
+        mixed_text = f"{mixed['mixed']}/{mixed['items']}" if mixed else "-"
         lines.append(
             f"| {s['model']} | {s['files']} | {s['completed']}/{s['items']} ({s['failed']}) "
-            f"| {fmt(quantile(e2c, 0.5))} / {fmt(quantile(e2c, 0.95))} / {fmt(max(e2c, default=None))} "
-            f"| {fmt(quantile(c2c, 0.5))} / {fmt(quantile(c2c, 0.95))} "
+            f"| {spread(s['end_to_completed'])} | {spread(s['stopped_to_completed'])} | {spread(s['speaker_lag'])} "
+            f"| {s['unlabelled']} | {mixed_text} "
             f"| {fmt(quantile(s2d, 0.5))} / {fmt(quantile(s2d, 0.95))} "
-            f"| {s['first_delta_before_end']}/{len(s2d)} "
             f"| {pct(live['wer_errors'], live['ref_words']) if live else '-'} "
             f"| {pct(file['wer_errors'], file['ref_words']) if file else '-'} "
             f"| {pct(live['spk_errors'], live['spk_scored']) if live else '-'} "
             f"| {pct(file['spk_errors'], file['spk_scored']) if file else '-'} | {fmt(rel)} |")
+    return lines
+
+
+def slowest(rows: list[dict], count: int) -> list[str]:
+    """The items slowest to complete (from ``speech_stopped``), with their audio and speaker lag."""
+    items = sorted(((r["name"], i) for r in rows for i in r["per_item"] if "stopped_to_completed" in i),
+                   key=lambda x: -x[1]["stopped_to_completed"])[:count]
+    lines = ["| file | item audio (s) | speech_stopped -> completed s | of which waiting for the item before s "
+             "| completed -> first segment s | segment speakers | reference speakers (words) |",
+             "|---|---|---:|---:|---:|---|---|"]
+    for name, i in items:
+        a, b = i["audio_start_ms"], i["audio_end_ms"]
+        where = f"{a / 1000:.1f}-{b / 1000:.1f}" if a is not None and b is not None else "-"
+        where += " (first)" if i.get("first") else ""
+        ref = ", ".join(f"{k} ({n})" for k, n in (i.get("reference_speakers") or {}).items()) or "-"
+        lines.append(f"| {name} | {where} | {i['stopped_to_completed']:.2f} | {fmt(i.get('queued'))} "
+                     f"| {fmt(i.get('speaker_lag'))} | {', '.join(dict.fromkeys(i['segment_speakers'])) or '-'} | {ref} |")
     return lines
 
 
@@ -409,7 +521,20 @@ def main(argv=None) -> int:
                    help="seconds to wait after the audio's end for the last items")
     p.add_argument("--no-file", action="store_true", help="no file-endpoint comparison")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for the server (default: torch's)")
+    p.add_argument("--joined", action="store_true",
+                   help="also the recordings with references joined into one long session (speakers return)")
+    p.add_argument("--repeats", type=int, default=1, help="runs of every recording (the spread between runs)")
+    p.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting for the server started here (e.g. QUANTIZATION=int8); repeatable")
+    p.add_argument("--slowest", type=int, default=8, help="the slowest items listed per model")
+    p.add_argument("--server-root", metavar="DIR",
+                   help="start the server from this checkout (another revision's `git worktree`, to compare)")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats is at least 1")
+    for setting in args.server_env:
+        if "=" not in setting:
+            p.error(f"--server-env takes NAME=VALUE, got {setting!r}")
     common.setup_env()
 
     recordings = inputs(args)
@@ -421,20 +546,32 @@ def main(argv=None) -> int:
           f"{machine.get('cpu_capability', '?')}); load average before: {common.loadavg()}; "
           f"{len(recordings)} recordings, {sum(len(r.audio) for r in recordings) / common.SR:.0f} s, "
           f"{args.frame_ms:g} ms frames at {args.speed:g}x real time; server VAD threshold {args.threshold:g}, "
-          f"prefix {args.prefix_ms} ms, silence {args.silence_ms} ms\n")
-    results, summaries, lines = {}, [], []
+          f"prefix {args.prefix_ms} ms, silence {args.silence_ms} ms; {args.repeats} run(s)"
+          + (f"; server settings {' '.join(args.server_env)}" if args.server_env else "")
+          + (f"; server code from {args.server_root}" if args.server_root else "") + "\n")
+    results, summaries, lines, slow = {}, [], [], []
     with tempfile.TemporaryDirectory() as logs:
         for model in models:
             server = None if args.url else start_server(model, args, Path(logs))
+            runs = []
             try:
-                rows = run_model(args.url or server.url, args.key if args.url else "", recordings, args)
+                for run in range(args.repeats):
+                    runs.append(run_model(args.url or server.url, args.key if args.url else "", recordings, args))
             finally:
                 if server is not None:
                     server.stop()
-            results[model] = rows
-            summaries.append(summary(model, rows))
-            lines += table(model, rows) + [""]
-    print("\n".join(["## Pooled", ""] + summary_table(summaries) + ["", "## Per file", ""] + lines))
+            results[model] = runs if args.repeats > 1 else runs[0]
+            for k, rows in enumerate(runs):
+                label = model if args.repeats == 1 else f"{model} run {k + 1}"
+                summaries.append(summary(label, rows))
+                lines += table(label, rows) + [""]
+            if args.repeats > 1:
+                summaries.append(summary(f"{model} all {args.repeats} runs", [r for rows in runs for r in rows]))
+            slow += [f"### {model}", ""] + slowest([r for rows in runs for r in rows], args.slowest) + [""]
+    firsts = [f"* {s['model']}: each session's first item, speech_stopped -> completed: "
+              f"{', '.join(f'{x:.2f}' for x in s['first_items']) or '-'} s" for s in summaries]
+    print("\n".join(["## Pooled", ""] + summary_table(summaries) + [""] + firsts + ["", "## Slowest items", ""] + slow
+                    + ["## Per file", ""] + lines))
     print(f"load average after: {common.loadavg()}")
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     path = common.RESULTS / f"live-replay-{time.strftime('%Y%m%d-%H%M%S')}.json"

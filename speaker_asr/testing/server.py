@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from speaker_asr.testing.tiny_models import TINY_MAX_NEW_TOKENS
 
@@ -41,9 +41,12 @@ def tiny_env(models: dict, **overrides: str) -> dict:
 
 class ServerProcess:
     """The server on 127.0.0.1:<a free port> with ``env``, its output in ``log_dir/<name>.log``;
-    ``prefix`` goes in front of the command (``["taskset", "-c", "0"]``: pinned to core 0)."""
+    ``prefix`` goes in front of the command (``["taskset", "-c", "0"]``: pinned to core 0);
+    ``root``: the checkout whose code it runs (default this one; another revision's worktree to
+    compare the two on one bench)."""
 
-    def __init__(self, name: str, env: dict, log_dir: Path, prefix: Sequence[str] = ()):
+    def __init__(self, name: str, env: dict, log_dir: Path, prefix: Sequence[str] = (),
+                 root: Optional[Path] = None):
         self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -51,7 +54,7 @@ class ServerProcess:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "speaker_asr", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+            cwd=root or ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 300) -> float:
         """Seconds until /health said 200; RuntimeError when the process exits or time runs out."""
