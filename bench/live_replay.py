@@ -28,6 +28,13 @@ when the frame that carries it was sent):
   waits before it may call the speech over; ``commit -> completed`` leaves that wait out.
   Utterances ended by the 30 s cap or the session's finish have no ``speech_stopped`` and are
   not in these figures.
+* **speech_stopped -> completed**: from the ``speech_stopped`` event's arrival to its item's
+  ``completed`` (an item cut where another person took over gets its ``speech_stopped`` once the
+  hand-over is seen, about a second after the cut). **reference word said -> its item
+  completed**: for each reference word, from the end of the word to the ``completed`` of the
+  item it was said in (what a caption reader waits for each word's final text, whether its
+  item was ended by a pause, a hand-over or the cap). **completed -> first segment**: the speaker
+  lag, from an item's ``completed`` to its first ``segment``.
 * **speech -> first delta**: from the speech's start (``audio_start_ms`` plus the prefix padding
   the VAD put before it) to the item's first ``delta`` event, whether it came from a partial
   decode while the person spoke or with the final decode; ``before its end`` counts the items
@@ -275,7 +282,7 @@ def timings(out: Replay, prefix_ms: int, words: Optional[list[dict]] = None) -> 
     queued = {item: max(0.0, done_at.get(before, committed[item]) - committed[item])
               for before, item in zip(order, order[1:])}
     (end_to_completed, stopped_to_completed, commit_to_completed, speech_to_delta, speaker_lag,
-     early, per_item, unlabelled) = [], [], [], [], [], 0, [], 0
+     early, per_item, unlabelled, word_final) = [], [], [], [], [], 0, [], 0, []
     for item, t_done in completed.items():
         record = {"item_id": item, "audio_start_ms": started.get(item), "audio_end_ms": stopped.get(item),
                   "segment_speakers": segment_speakers.get(item, [])}
@@ -307,9 +314,15 @@ def timings(out: Replay, prefix_ms: int, words: Optional[list[dict]] = None) -> 
             a = started[item] / 1000
             later = [x for x in starts if x > started[item]]
             b = stopped[item] / 1000 if item in stopped else (later[0] / 1000 if later else math.inf)
-            said = [w["speaker"] for w in words if a <= (w["start"] + w["end"]) / 2 < b]
+            inside = [w for w in words if a <= (w["start"] + w["end"]) / 2 < b]
+            said = [w["speaker"] for w in inside]
             record["reference_speakers"] = {k: said.count(k) for k in dict.fromkeys(said)}
+            for w in inside:  # each reference word: from its end to its item's final text
+                sent = out.sent_at(w["end"] * 1000)
+                if sent is not None:
+                    word_final.append(t_done - sent)
     return {"end_to_completed": end_to_completed, "stopped_to_completed": stopped_to_completed,
+            "word_to_completed": word_final,
             "commit_to_completed": commit_to_completed, "speaker_lag": speaker_lag,
             "unlabelled": unlabelled, "speech_to_first_delta": speech_to_delta, "first_delta_before_end": early,
             "items": len(committed), "completed": len(completed),
@@ -446,6 +459,7 @@ def summary(model: str, rows: list[dict]) -> dict:
     return {"model": model, "files": len(rows), "items": sum(r["items"] for r in rows),
             "completed": sum(r["completed"] for r in rows), "failed": sum(r["failed"] for r in rows),
             "end_to_completed": gather("end_to_completed"), "stopped_to_completed": gather("stopped_to_completed"),
+            "word_to_completed": gather("word_to_completed"),
             "commit_to_completed": gather("commit_to_completed"), "speaker_lag": gather("speaker_lag"),
             "unlabelled": sum(r["unlabelled"] for r in rows),
             "speech_to_first_delta": gather("speech_to_first_delta"),
@@ -463,10 +477,11 @@ def spread(values: list[float]) -> str:
 
 def summary_table(summaries: list[dict]) -> list[str]:
     lines = ["| model | files | items (failed) | end -> completed p50 / p95 / max s "
-             "| speech_stopped -> completed p50 / p95 / max s | completed -> first segment p50 / p95 / max s "
+             "| speech_stopped -> completed p50 / p95 / max s | reference word said -> its item completed p50 / p95 / max s "
+             "| completed -> first segment p50 / p95 / max s "
              "| items with text, no segment | items with 2+ reference speakers | speech -> first delta p50 / p95 s "
              "| live WER | file WER | live WDER | file WDER | live WDER / file WDER |",
-             "|---|---:|---|---|---|---|---:|---|---|---|---|---|---|---:|"]
+             "|---|---:|---|---|---|---|---|---:|---|---|---|---|---|---|---:|"]
     for s in summaries:
         live, file, mixed = s["live"], s["file"], s["mixed"]
         rel = None
@@ -476,7 +491,8 @@ def summary_table(summaries: list[dict]) -> list[str]:
         mixed_text = f"{mixed['mixed']}/{mixed['items']}" if mixed else "-"
         lines.append(
             f"| {s['model']} | {s['files']} | {s['completed']}/{s['items']} ({s['failed']}) "
-            f"| {spread(s['end_to_completed'])} | {spread(s['stopped_to_completed'])} | {spread(s['speaker_lag'])} "
+            f"| {spread(s['end_to_completed'])} | {spread(s['stopped_to_completed'])} "
+            f"| {spread(s['word_to_completed'])} | {spread(s['speaker_lag'])} "
             f"| {s['unlabelled']} | {mixed_text} "
             f"| {fmt(quantile(s2d, 0.5))} / {fmt(quantile(s2d, 0.95))} "
             f"| {pct(live['wer_errors'], live['ref_words']) if live else '-'} "

@@ -289,6 +289,7 @@ def test_live_replay(env, kit, tmp_path):
                "--models", "tiny.en", "--speed", "10", "--max-seconds", "20", "--threads", "1"], env)
     pooled = table_rows(out, "| model | files | items (failed) | end -> completed p50 / p95 / max s "
                              "| speech_stopped -> completed p50 / p95 / max s "
+                             "| reference word said -> its item completed p50 / p95 / max s "
                              "| completed -> first segment p50 / p95 / max s | items with text, no segment "
                              "| items with 2+ reference speakers | speech -> first delta p50 / p95 s "
                              "| live WER | file WER | live WDER | file WDER | live WDER / file WDER |")
