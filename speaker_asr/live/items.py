@@ -33,7 +33,7 @@ MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commi
 ACTIVITY_INTERVAL_S = 0.2
 # a look at a growing item's speakers takes its last seconds at most (a hand-over is found in its
 # last CHANGE_BEFORE_S + CHANGE_AFTER_S; the look's cost stays that of a short item)
-LOOK_S = 5.0
+LOOK_S = 8.0
 
 
 @dataclass

@@ -371,9 +371,7 @@ class LiveSession:
             elif self.clock - item.start >= MAX_ITEM_S * SAMPLE_RATE:  # the longest item: split here
                 await self._split(item, self.clock)
             else:
-                # (not in a pause: a hand-over shows while someone talks, and the pause's decode,
-                # which may be the item's final, has the CPU)
-                if self._labels_on() and not self.detector.pause(self.clock):
+                if self._labels_on():
                     self.speaker_work.look(item, self.clock, self._audio)
                 self._maybe_partial(item)
 
