@@ -12,7 +12,6 @@ ready when the VAD commits.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -52,23 +51,20 @@ class Item:
     end: Optional[int] = None  # the clock sample its audio ends at, once committed
     activity_at: int = 0  # samples it had when its speaker activity was last looked at
     change_at: Optional[int] = None  # the clock sample where another person took over (to cut at)
-    speakers: Optional[asyncio.Future] = None  # once committed: who speaks in it, being found
 
     def final_decode(self) -> Optional[Decoded]:
         """Its last partial decode when that heard all its speech and nothing after its audio
         (it ended after the speech's end, not after the item's cut): the final decode then, with
         no decode at commit."""
-        if self.last_partial is not None and self.speech_end is not None \
-                and self.speech_end <= self.last_partial[0] <= (self.end if self.end is not None else self.last_partial[0]):
+        if self.last_partial is not None and self.covers(self.last_partial[0]):
             return self.last_partial[1]
         return None
 
     def covers(self, end: int) -> bool:
-        """Whether a partial decode of its audio up to clock sample ``end`` can be its final
-        decode (it is still growing, or ``end`` lies between its speech's end and its cut)."""
-        if self.end is None:
-            return True
-        return self.speech_end is not None and self.speech_end <= end <= self.end
+        """Whether a decode of its audio up to clock sample ``end`` heard all its speech and
+        nothing after its audio: ``end`` lies between its speech's end and its cut (its audio's
+        end, once committed)."""
+        return self.speech_end is not None and self.speech_end <= end <= (self.end if self.end is not None else end)
 
 
 def activity_due(item: Item, clock: int) -> bool:

@@ -537,7 +537,6 @@ class LiveSession:
             raise
         except Exception as exc:
             logger.error("live transcription of %s failed", item.id, exc_info=exc)
-            self.speaker_work.drop(item)
             await self.send(TranscriptionFailed(item_id=item.id, error=FailureDetail(
                 type="server_error", code=None,
                 message="The server had an error while transcribing this item.")))
@@ -554,8 +553,6 @@ class LiveSession:
             for event in await self.speaker_work.segments(item, audio, decoded, transcript, self._speakers(options),
                                                           self.config, options.return_word_timestamps):
                 await self.send(event)
-        else:
-            self.speaker_work.drop(item)
 
     # -- the end -----------------------------------------------------------------------------
 

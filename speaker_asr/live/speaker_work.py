@@ -8,12 +8,12 @@ events that carry them. The session (:mod:`speaker_asr.live.session`) calls it a
   (:func:`~speaker_asr.diarization.frames.speaker_change`) the item notes the point
   (``change_at``) and the session cuts it there, so that an item follows the speakers as a line
   of captions does;
-* at an item's commit, :meth:`SpeakerWork.start`: its speakers and their voices
-  (:meth:`~speaker_asr.live.engine.LiveEngine.utterance`) are found while its final decode runs
-  on the model thread, so they are there when its text is;
-* once its text is out, :meth:`SpeakerWork.segments`: its words attributed to those speakers
+* once a committed item's text is out, :meth:`SpeakerWork.segments`: its speakers and their
+  voices (:meth:`~speaker_asr.live.engine.LiveEngine.utterance`: one segmentation pass over it,
+  a fraction of the whole pipeline's cost), its words attributed to them
   (:func:`~speaker_asr.live.labelling.item_speakers`), given the session's labels
-  (:mod:`speaker_asr.live.labelling`), one event per speaker turn.
+  (:mod:`speaker_asr.live.labelling`), one event per speaker turn. (Found after the final decode,
+  not beside it: beside it, the two shared the CPU and the text came later.)
 
 :meth:`SpeakerWork.close` cancels what is pending.
 """
@@ -47,7 +47,6 @@ class SpeakerWork:
         self.made = 0  # segment events made so far (their ids)
         self._look: Optional[asyncio.Task] = None
         self._no_activity = False  # the diarization cannot run its segmentation alone
-        self._jobs: set = set()  # committed items' speakers being found
 
     def look(self, item: Item, clock: int, audio: Callable[[int, int], np.ndarray]) -> None:
         """A look at who speaks in the growing ``item`` (``audio(start, end)``: its audio
@@ -75,23 +74,11 @@ class SpeakerWork:
         if cut is not None and item.end is None and item.change_at is None:
             item.change_at = start + int(round(cut * SAMPLE_RATE))
 
-    def start(self, item: Item, audio: np.ndarray, config: InferenceConfig) -> None:
-        """Who speaks in the committed ``item``, found from now on (its ``speakers``)."""
-        item.speakers = asyncio.ensure_future(
-            self.engine.on_diarization_thread(lambda: self.engine.utterance(audio, config)))
-        self._jobs.add(item.speakers)
-        item.speakers.add_done_callback(self._jobs.discard)
-
-    def drop(self, item: Item) -> None:
-        """The item's speakers are not needed (its transcription failed, or it has no text)."""
-        if item.speakers is not None:
-            item.speakers.cancel()
-
     async def segments(self, item: Item, audio: np.ndarray, decoded: Decoded, transcript: str,
                        speakers: OnlineSpeakers, config: InferenceConfig,
                        with_words: bool) -> list[TranscriptionSegment]:
-        """The item's segment events: its own diarization's speakers (found since
-        :meth:`start`), its words attributed to them, in the session's labels
+        """The item's segment events: its own diarization's speakers (on the diarization
+        thread), its words attributed to them, in the session's labels
         (:func:`~speaker_asr.live.labelling.turns_by_diarization`), or, when it heard nobody or
         could not decide a speaker (no voice long enough at the session's start), the whole
         item's voice (:func:`~speaker_asr.live.labelling.turns_by_voice`); one event per speaker
@@ -99,9 +86,8 @@ class SpeakerWork:
         out already."""
         seconds = len(audio) / SAMPLE_RATE
         try:
-            if item.speakers is None:  # labels turned on after its commit
-                self.start(item, audio, config)
-            found = item_speakers(await item.speakers, decoded.transcript, seconds)
+            found = item_speakers(await self.engine.on_diarization_thread(
+                lambda: self.engine.utterance(audio, config)), decoded.transcript, seconds)
             turns = turns_by_diarization(speakers, found) if found is not None else []
             if not turns:  # nobody heard, or no voice to decide by: the whole item's voice
                 embedding = None
@@ -122,11 +108,9 @@ class SpeakerWork:
 
     async def close(self) -> None:
         """Everything pending cancelled and awaited."""
-        tasks = [t for t in (self._look, *self._jobs) if t is not None]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
+        if self._look is not None:
+            self._look.cancel()
             try:
-                await task
+                await self._look
             except BaseException:
                 pass
