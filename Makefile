@@ -34,11 +34,13 @@ export REAL_MODELS_DIR
 
 .PHONY: install serve test test-scripts test-all test-compat test-endpoints real-models test-real eval bench clean
 
-$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt requirements-scripts.txt pyproject.toml
+$(VENV)/.installed: requirements-pyannote4.txt requirements-test.txt requirements-scripts.txt requirements-ray.txt \
+		pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -r requirements-pyannote4.txt -r requirements-test.txt -r requirements-scripts.txt
+	$(PY) -m pip install -q -r requirements-pyannote4.txt -r requirements-test.txt -r requirements-scripts.txt \
+		-r requirements-ray.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@command -v ffmpeg >/dev/null || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null) \

@@ -46,7 +46,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 from speaker_asr.batch import output_name, output_text, render_result  # noqa: F401 (the CLI's API)
 from speaker_asr.cli_options import (DEFAULT_CONCURRENCY, DEFAULT_MAX_WAIT_S, DEFAULT_REQUEST_TIMEOUT_S,
-                                     REMOTE_ONLY, STDIN_STEM, build_parser, check_parameters,
+                                     RAY_ONLY, REMOTE_ONLY, STDIN_STEM, build_parser, check_parameters,
                                      request_parameters, requested_formats)
 
 HF_ENDPOINT_DOMAINS = (".endpoints.huggingface.cloud", ".huggingface.cloud", ".hf.space")
@@ -95,10 +95,13 @@ def _fail(message: str, code: int) -> int:
 
 
 def _is_batch(args: argparse.Namespace) -> bool:
-    """Several FILEs, a folder, or --manifest: a batch run (otherwise one file, as always)."""
+    """Several FILEs, a folder, a URI, --manifest or --ray: a batch run (otherwise one file, as
+    always)."""
+    from speaker_asr.batch.sources import is_uri
+
     files = args.file
-    return (len(files) > 1 or bool(args.manifest)
-            or any(f != "-" and Path(f).is_dir() for f in files))
+    return (len(files) > 1 or bool(args.manifest) or bool(getattr(args, "ray", None))
+            or any(f != "-" and (is_uri(f) or Path(f).is_dir()) for f in files))
 
 
 def _token(args: argparse.Namespace, url: str) -> tuple[Optional[str], str]:
@@ -121,13 +124,33 @@ def _token(args: argparse.Namespace, url: str) -> tuple[Optional[str], str]:
     return value, name
 
 
+def _given(args: argparse.Namespace, names) -> list[str]:
+    return [f"--{name.replace('_', '-')}" for name in names if getattr(args, name, None) is not None]
+
+
 def make_engine(args: argparse.Namespace):
-    """The engine the options ask for: the handler in this process, or RemoteEngine(--url).
-    Raises ValueError for remote options without --url, or a bad URL."""
+    """The engine the options ask for: the handler in this process, RemoteEngine(--url) or
+    RayEngine(--ray). Raises ValueError for options of another engine, or a bad URL."""
     from speaker_asr.batch import LocalEngine
 
+    ray_options = _given(args, RAY_ONLY)
+    if getattr(args, "ray", None):
+        if args.url:
+            raise ValueError("--ray and --url are two ways to run the batch: give one")
+        given = _given(args, REMOTE_ONLY)
+        if given:
+            raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --url; on Ray "
+                             "the actors take one recording each at a time (--ray-actors sets how many)")
+        from speaker_asr.batch.ray_engine import DEFAULT_RETRIES, RayEngine
+
+        return RayEngine(args.ray, actors=args.ray_actors, gpus_per_actor=args.ray_gpus_per_actor,
+                         cpus_per_actor=args.ray_cpus_per_actor,
+                         retries=DEFAULT_RETRIES if args.ray_retries is None else args.ray_retries)
+    if ray_options:
+        raise ValueError(f"{', '.join(ray_options)} {'is' if len(ray_options) == 1 else 'are'} for --ray "
+                         "(transcribing on a Ray cluster)")
     if not args.url:
-        given = [f"--{name.replace('_', '-')}" for name in REMOTE_ONLY if getattr(args, name, None) is not None]
+        given = _given(args, REMOTE_ONLY)
         if given:
             raise ValueError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --url (sending "
                              "the recordings to a server); in-process they are transcribed one at a "
@@ -299,10 +322,14 @@ def transcribe_many(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     try:
+        if "-" in args.file and getattr(args, "ray", None):
+            raise ValueError("--ray: the cluster's workers read the recordings themselves; give "
+                             "files or folders they can read, not - (standard input)")
         if "-" in args.file:
             raise ValueError("- (standard input) can only be transcribed alone, not with other "
                              "files or folders")
-        hint = "several recordings" if len(args.file) > 1 else "the recordings of a folder"
+        hint = ("several recordings" if len(args.file) > 1 else
+                "a run on Ray" if getattr(args, "ray", None) else "the recordings of a folder")
         params, formats, output_dir, engine = _setup(args, lambda formats: _batch_output_dir(args, hint))
         work = batch.plan(args.file, output_dir, formats, recursive=args.recursive,
                           overwrite=args.overwrite)
@@ -326,7 +353,10 @@ def transcribe_many(args: argparse.Namespace) -> int:
     elif work.skipped:
         say(f"skipping {len(work.skipped)} of {len(work.jobs)} recordings already transcribed in "
             f"{output_dir}; {len(work.todo)} to do")
-    where = "in this process" if not args.url else f"with {engine.shown_url} ({engine.concurrency} at a time)"
+    if getattr(args, "ray", None):
+        where = f"on the Ray cluster at {args.ray}"
+    else:
+        where = "in this process" if not args.url else f"with {engine.shown_url} ({engine.concurrency} at a time)"
     if work.todo:
         say(f"transcribing {len(work.todo)} recording{'s' if len(work.todo) != 1 else ''} {where} "
             f"into {output_dir}")
@@ -344,7 +374,9 @@ def transcribe_many(args: argparse.Namespace) -> int:
                     engine.load()
                 except batch.RunError as exc:
                     return _fail(str(exc), 1)
-                if not args.url:
+                if getattr(args, "ray", None):
+                    say(f"{engine.describe()} ready in {time.monotonic() - loading:.1f} s")
+                elif not args.url:
                     say(f"models loaded in {time.monotonic() - loading:.1f} s")
             progress = progress_for(len(work.todo))
             if isinstance(engine, batch.LocalEngine):  # each recording's progress as it runs
@@ -363,6 +395,8 @@ def transcribe_many(args: argparse.Namespace) -> int:
             progress.close()
         if manifest:
             manifest.close()
+        if code != 130 and hasattr(engine, "close"):  # Ray's actors (after a second Ctrl-C the
+            engine.close()                            # process exits at once: Ray ends them)
     summary.wall_seconds = time.monotonic() - started
     summary.stopped_because = getattr(engine, "redact", str)(run.stopped_because) if run.stopped_because else None
     if stop.is_set():

@@ -18,6 +18,7 @@ DEFAULT_CONCURRENCY = 2
 DEFAULT_MAX_WAIT_S = 600.0
 DEFAULT_REQUEST_TIMEOUT_S = 3600.0
 REMOTE_ONLY = ("token", "concurrency", "body", "max_wait", "request_timeout")
+RAY_ONLY = ("ray_actors", "ray_gpus_per_actor", "ray_cpus_per_actor", "ray_retries")
 
 
 def _positive_int(text: str) -> int:
@@ -37,6 +38,28 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
+    return value
+
+
+def _resource(text: str) -> float:
+    """GPUs or CPUs per actor: 0 or more, fractions allowed (two actors sharing a GPU: 0.5)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more (0.5: two actors share one)")
+    return value
+
+
+def _count(text: str) -> int:
+    """A count of 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
     return value
 
 
@@ -144,6 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
     remote.add_argument("--request-timeout", type=_positive_float, metavar="SECONDS",
                         help=f"how long to wait for an answer once a recording is sent (default "
                              f"{DEFAULT_REQUEST_TIMEOUT_S:g}); not retried")
+    ray = t.add_argument_group("on a Ray cluster (--ray: an actor pool, one model load per actor; "
+                               "docs/ray.md)")
+    ray.add_argument("--ray", metavar="ADDRESS",
+                     help="transcribe on a Ray cluster: auto (the one running here or $RAY_ADDRESS), "
+                          "local (one started in this process), HOST:PORT of its head, or "
+                          "ray://HOST:PORT; the files must be readable by its workers (a shared "
+                          "path, or an s3://, gs://, ... URI); the outputs are written here")
+    ray.add_argument("--ray-actors", type=_positive_int, metavar="N",
+                     help="actors, each with the models loaded once (default: one per GPU where the "
+                          "cluster has GPUs, else one per node)")
+    ray.add_argument("--ray-gpus-per-actor", type=_resource, metavar="G",
+                     help="GPUs each actor takes (default 1 where the cluster has GPUs, else 0; "
+                          "0.5 puts two actors on a GPU)")
+    ray.add_argument("--ray-cpus-per-actor", type=_resource, metavar="C",
+                     help="CPUs each actor takes, and its torch threads (default 1 beside a GPU, "
+                          "else the cluster's CPUs shared out)")
+    ray.add_argument("--ray-retries", type=_count, metavar="N",
+                     help="times a recording is tried again on a new actor after the one "
+                          "transcribing it died (killed, out of memory); default 2")
 
     s = commands.add_parser("serve", help="run the HTTP server",
                             description="Serve POST / and /predict, GET /health and GET /metrics. "

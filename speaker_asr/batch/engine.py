@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol, Sequence
 
 from speaker_asr.batch.errors import FileError, RunError
@@ -14,6 +13,7 @@ from speaker_asr.batch.outputs import output_text, render_result
 from speaker_asr.errors import RequestError
 
 if TYPE_CHECKING:
+    from speaker_asr.batch.sources import Source
     from speaker_asr.progress import ProgressCallback
 
 logger = logging.getLogger("speaker_asr.batch")
@@ -55,14 +55,16 @@ class Engine(Protocol):
     ``render_locally``: ask for the plain ``json`` response and write every format from it here
     (otherwise a single format is asked for as ``response_format``, as the endpoint renders it).
     ``load()`` prepares it (raises RunError), ``respond(...)`` answers one recording (raises
-    FileError, Unavailable, RunError or Interrupted)."""
+    FileError, Unavailable, RunError or Interrupted). An engine with ``reads_sources = True``
+    (Ray's: its workers read the recording from a path or bucket they share) is given
+    ``audio=None`` and reads ``source`` itself (batch/sources.py's ``read_source``)."""
 
     concurrency: int
     render_locally: bool
 
     def load(self) -> None: ...
 
-    def respond(self, audio: bytes, parameters: dict[str, Any], source: Optional[Path],
+    def respond(self, audio: Optional[bytes], parameters: dict[str, Any], source: Optional["Source"],
                 stop: threading.Event) -> Reply: ...
 
 
@@ -93,7 +95,7 @@ class LocalEngine:
         except Exception as exc:
             raise RunError(f"could not load the models: {type(exc).__name__}: {exc}") from None
 
-    def respond(self, audio: bytes, parameters: dict[str, Any], source: Optional[Path],
+    def respond(self, audio: bytes, parameters: dict[str, Any], source: Optional["Source"],
                 stop: threading.Event) -> Reply:
         self.load()
         from speaker_asr.progress import takes_progress
@@ -111,8 +113,8 @@ class LocalEngine:
             raise FileError(f"the transcription failed: {type(exc).__name__}: {exc}") from None
 
 
-def transcribe_audio(engine: Engine, audio: bytes, parameters: dict[str, Any], formats: Sequence[str],
-                     *, source: Optional[Path] = None,
+def transcribe_audio(engine: Engine, audio: Optional[bytes], parameters: dict[str, Any],
+                     formats: Sequence[str], *, source: Optional["Source"] = None,
                      stop: Optional[threading.Event] = None) -> Reply:
     """One recording through ``engine``, its :attr:`Reply.texts` in every one of ``formats``: a
     single format is asked for as the endpoint's ``response_format`` (unless the engine renders

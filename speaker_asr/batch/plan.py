@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 from speaker_asr.audio.files import is_audio
 from speaker_asr.batch.errors import BatchError
 from speaker_asr.batch.outputs import PARTIAL_SUFFIX, is_partial, output_name
+from speaker_asr.batch.sources import Source, is_uri, walk_uri
 from speaker_asr.formats import FORMATS
 
 logger = logging.getLogger("speaker_asr.batch")
@@ -22,10 +23,11 @@ logger = logging.getLogger("speaker_asr.batch")
 @dataclass(frozen=True)
 class Job:
     """One recording: where it is (``source``, the path as given or as found in a given
-    folder), its place under the output folder (``relative``: subfolders and file name) and the
-    file each format is written to (``outputs``)."""
+    folder; a URI, ``str``, for a recording in a bucket: speaker_asr/batch/sources.py), its place
+    under the output folder (``relative``: subfolders and file name) and the file each format is
+    written to (``outputs``)."""
 
-    source: Path
+    source: Source
     relative: PurePath
     outputs: dict[str, Path]
 
@@ -44,9 +46,9 @@ class Discovery:
     are not audio by their extension (``ignored``), subfolders left out without ``recursive``
     (``unsearched``) and folders that could not be read (``unreadable``, with the reason)."""
 
-    found: list[tuple[Path, PurePath]] = field(default_factory=list)
-    ignored: list[Path] = field(default_factory=list)
-    unsearched: list[Path] = field(default_factory=list)
+    found: list[tuple[Source, PurePath]] = field(default_factory=list)
+    ignored: list[Source] = field(default_factory=list)
+    unsearched: list[Source] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
 
 
@@ -61,19 +63,29 @@ def discover(paths: Sequence[Union[str, Path]], recursive: bool = False,
     for); a folder gives its files whose extension is audio (``AUDIO_EXTENSIONS``), in name
     order, and with ``recursive`` those of its subfolders (symbolic links followed, each folder
     once). Hidden files and folders (``.name``) are skipped, and so is the folder ``exclude``
-    (the output folder). The same file reached twice is taken once. Raises BatchError for a path
-    that does not exist."""
+    (the output folder). The same file reached twice is taken once. A URI (``s3://bucket/calls``,
+    a ``str``) is searched the same way through fsspec (speaker_asr/batch/sources.py). Raises
+    BatchError for a path that does not exist or a URI that cannot be listed."""
     out = Discovery()
     seen: set[str] = set()
     skip = os.path.realpath(exclude) if exclude is not None else None
 
-    def add(source: Path, relative: PurePath) -> None:
-        real = os.path.realpath(source)
+    def add(source: Source, relative: PurePath) -> None:
+        real = source if is_uri(source) else os.path.realpath(source)
         if real not in seen:
             seen.add(real)
             out.found.append((source, relative))
 
     for given in paths:
+        if is_uri(given):
+            files, unsearched, _hidden, folder = walk_uri(str(given), recursive)
+            out.unsearched.extend(unsearched)
+            for uri, relative in files:
+                if folder and not is_audio(relative.name):
+                    out.ignored.append(uri)
+                else:
+                    add(uri, relative)
+            continue
         path = Path(given)
         if path.is_dir():
             for source, relative in _walk(path, recursive, skip, out):

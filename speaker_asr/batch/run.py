@@ -15,6 +15,7 @@ from speaker_asr.batch.engine import Engine, LocalEngine, Reply, transcribe_audi
 from speaker_asr.batch.errors import FileError, Interrupted, RunError, Unavailable
 from speaker_asr.batch.outputs import write_atomic
 from speaker_asr.batch.plan import Job, Plan, plan, remove_stale_partials
+from speaker_asr.batch.sources import read_source, source_size
 
 logger = logging.getLogger("speaker_asr.batch")
 
@@ -48,13 +49,7 @@ def largest_first(jobs: Sequence[Job]) -> list[Job]:
     in flight, a long one started last would keep one replica busy while the others sit idle
     at the end of the run; started first, the short ones fill in around it."""
 
-    def size(job: Job) -> int:
-        try:
-            return job.source.stat().st_size
-        except OSError:
-            return 0
-
-    return sorted(jobs, key=lambda job: -size(job))  # a stable sort keeps name order among equals
+    return sorted(jobs, key=lambda job: -source_size(job.source))  # a stable sort keeps name order among equals
 
 
 class BatchRun:
@@ -101,9 +96,9 @@ class BatchRun:
         todo = list(self.plan.todo)
         if not todo:
             return
+        self.engine.load()  # before the order: an engine may learn its concurrency from its cluster
         if self.engine.concurrency > 1:
             todo = largest_first(todo)
-        self.engine.load()
         remove_stale_partials(todo)
         workers = max(1, self.engine.concurrency)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batch")
@@ -166,12 +161,9 @@ class BatchRun:
         try:
             if self._stopping():
                 raise Interrupted()
-            try:
-                audio = job.source.read_bytes()
-            except OSError as exc:
-                raise FileError(f"cannot read {job.source}: {exc.strerror or exc}", refused=True) from None
-            if not audio:
-                raise FileError(f"{job.source} is empty", refused=True)
+            # an engine whose workers read the recording themselves (Ray's, from a path or bucket
+            # the cluster shares) is sent its source only
+            audio = None if getattr(self.engine, "reads_sources", False) else read_source(job.source)
             reply = transcribe_audio(self.engine, audio, self.parameters, self.plan.formats,
                                      source=job.source, stop=self.stop)
             return reply, None, time.monotonic() - started

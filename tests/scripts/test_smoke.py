@@ -131,6 +131,25 @@ def test_batch_throughput(env):
     assert out.startswith("# Batch throughput") and "CPU: " in out
 
 
+@heavy
+def test_ray_throughput(env):
+    """The in-process run and a Ray head (in a loopback-only network namespace) with one actor,
+    on two recordings of the stand-in kit: the table, the transcripts the same."""
+    from speaker_asr.testing.ray_cluster import unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(f"no Ray head here: {why}")
+    out = run([sys.executable, "bench/ray_throughput.py", "--files", "2", "--actors", "1"], env)
+    rows = table_rows(out, "| run | actors | CPU per actor | files | audio s | load s | wall s | files/min "
+                           "| audio x real time | vs in-process | Ray overhead per file ms (median / max) "
+                           "| transcripts as in-process | failed |")
+    cores = str(os.cpu_count())  # the in-process run's threads, and the one actor's CPUs
+    assert [r[:4] for r in rows] == [["in-process", "-", cores, "2"], ["ray-1", "1", cores, "2"]], out
+    assert rows[1][11] == "yes" and [r[-1] for r in rows] == ["0", "0"], out
+    assert out.startswith("# Ray throughput") and "CPU: " in out
+
+
 def test_diarization_bench(env):
     out = run([sys.executable, "bench/diarization_bench.py", "--inputs", "8s", "--embedding", "wespeaker,campp",
                "--threads", "1"], env)
