@@ -356,7 +356,11 @@ TARGET_RMS = 0.05  # about -26 dBFS over active speech
 NOISE_RMS = 0.0005  # about -66 dBFS
 
 
-def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path) -> EvalFile:
+def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path,
+                   tracks: Optional[dict[str, np.ndarray]] = None) -> EvalFile:
+    """The dialogue's mix written into ``out_dir`` and its references. ``tracks``, when given, is
+    filled with each speaker's own voice as placed in the mix (float64, the mix's length, before
+    the room noise and the telephone: eval/multichannel.py puts each on a channel of its own)."""
     rng = np.random.default_rng(spec["seed"])
     speakers = spec["speakers"]
     utter: list[tuple[str, np.ndarray, str, str]] = []  # (speaker, audio, text, source)
@@ -426,6 +430,8 @@ def build_dialogue(spec: dict, pieces: dict[str, list[dict]], out_dir: Path) -> 
     for start, spk, audio, text, source in placed:
         i = int(round(start * SAMPLE_RATE))
         mix[i:i + len(audio)] += audio
+        if tracks is not None:
+            tracks.setdefault(spk, np.zeros(len(mix), np.float64))[i:i + len(audio)] += audio
         end = round(start + len(audio) / SAMPLE_RATE, 3)
         utts.append(Utterance(spk, start, end, text, source))
         turns.append((start, end, spk))

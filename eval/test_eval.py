@@ -271,3 +271,30 @@ def test_generated_voices_are_16k_mono_speech():
     assert np.abs(speech).max() > 0.05
     shifted = pitch_shift(speech, -350)
     assert shifted.ndim == 1 and abs(len(shifted) - len(speech)) < 0.05 * SAMPLE_RATE
+
+
+@pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("sox")),
+                    reason="the generated parts' voices need espeak-ng and sox (make install brings them as root)")
+def test_a_generated_dialogue_gives_each_speakers_own_voice(tmp_path):
+    """build_dialogue's ``tracks`` (eval/multichannel.py's channels): one per speaker, each its
+    own turns and backchannels only, and together the mix before its room noise."""
+    from data import NOISE_RMS, build_dialogue, read_wav
+
+    spec = {"id": "tracks", "seed": 7, "description": "two voices overlapping",
+            "speakers": {"A": ("tts", "en-us+m1", 170), "B": ("tts", "en-gb+f3", 160)},
+            "script": [("A", "Can we move the meeting to Thursday?"), ("B", "That works for me."),
+                       ("A", "Then let's wait for her.")],
+            "gap": (0.0, 0.2), "overlap_prob": 1.0, "inside_backchannel_prob": 0.0}
+    tracks: dict = {}
+    f = build_dialogue(spec, {}, tmp_path, tracks)
+    mix = read_wav(f.audio)
+    assert sorted(tracks) == ["A", "B"] and all(len(t) == len(mix) for t in tracks.values())
+    noise = np.random.default_rng(spec["seed"] + 1).normal(0, NOISE_RMS, len(mix))
+    assert np.allclose(tracks["A"] + tracks["B"] + noise, mix, atol=1e-4)
+    for name, track in tracks.items():  # each track holds its speaker's utterances, nothing else
+        own = np.zeros(len(mix), bool)
+        for u in f.utterances:
+            if u.speaker == name:
+                own[int(u.start * 16000):int(u.end * 16000) + 1] = True
+                assert np.abs(track[int(u.start * 16000):int(u.end * 16000)]).max() > 0.01
+        assert not np.any(track[~own])

@@ -11,7 +11,11 @@ than the loudest other channel (:func:`dominance`). The median, not the mean: Wh
 stretch over pauses, and a word of bleed whose span happens to hold a syllable of the channel's
 own person is still mostly the other voice.
 
-* nothing heard on any channel there (below :data:`HEARD_DB`): made up over silence, dropped;
+* nothing heard on any channel there (every channel below :data:`HEARD_DB`, or quieter than
+  :data:`LOUD_DB` and within :data:`ABOVE_FLOOR_DB` of its own noise floor,
+  :func:`noise_floors`): made up over silence, dropped. The floor is the channel's own: a
+  microphone's hiss or a call's line noise is not speech. (:data:`LOUD_DB` keeps a channel that
+  never pauses, whose floor is its voice, heard);
 * a median more than :data:`BLEED_DB` below another channel: that channel's voice bleeding in.
   It is dropped where the louder channel has a word of its own at that time (its own transcript of
   it), else moved there: a word belongs to the channel where it is loudest, and a channel whose
@@ -42,6 +46,11 @@ SILENT_DB = -60.0
 SILENT_WINDOW_S = 0.5
 # a word over which no channel is this loud (the median of its frames) was made up over silence
 HEARD_DB = -75.0
+# ... nor this many dB above its own noise floor (the FLOOR_PERCENTILE of its frames' levels)
+ABOVE_FLOOR_DB = 10.0
+FLOOR_PERCENTILE = 5.0
+# ... unless it is this loud: speech, even on a channel that never pauses
+LOUD_DB = -50.0
 # a word's channel this many dB below another channel (the median over the word) heard that
 # channel's voice
 BLEED_DB = 12.0
@@ -101,6 +110,23 @@ def silent_channels(energy: np.ndarray) -> list[int]:
         if frame_db(np.array(loudest)) < SILENT_DB:
             silent.append(c)
     return silent
+
+
+def noise_floors(levels: np.ndarray) -> np.ndarray:
+    """Each channel's noise floor in dB: the :data:`FLOOR_PERCENTILE` of its frames' levels
+    (``levels``: :func:`frame_db`), the level of its pauses."""
+    if levels.shape[1] == 0:
+        return np.full(levels.shape[0], -120.0)
+    return np.percentile(levels, FLOOR_PERCENTILE, axis=1)
+
+
+def heard(levels: np.ndarray, floors: np.ndarray, start: float, end: float) -> bool:
+    """Whether anything is heard over ``start``..``end`` on some channel: the median of its
+    frames there at least :data:`HEARD_DB`, and :data:`LOUD_DB` or :data:`ABOVE_FLOOR_DB`
+    above its floor."""
+    medians = np.median(_frames(levels, start, end), axis=1)
+    return bool(np.any((medians >= HEARD_DB)
+                       & ((medians >= LOUD_DB) | (medians >= floors + ABOVE_FLOOR_DB))))
 
 
 def _frames(levels: np.ndarray, start: float, end: float) -> np.ndarray:
@@ -199,13 +225,14 @@ def owners(units: Sequence[Unit], levels: np.ndarray) -> list[Optional[int]]:
     louder elsewhere, or nothing heard). See the module's docstring. ``levels``:
     :func:`frame_db` of the channels."""
     by_channel = _ByChannel(units)
+    floors = noise_floors(levels)
     out: list[Optional[int]] = []
     for u in units:
         start, end = u.start - PAD_S, u.end + PAD_S
         if levels.shape[0] < 2:
             out.append(u.channel)
             continue
-        if float(np.median(_frames(levels, start, end), axis=1).max()) < HEARD_DB:
+        if not heard(levels, floors, start, end):
             out.append(None)
             continue
         if dominance(levels, u.channel, start, end) < -BLEED_DB:
@@ -307,6 +334,6 @@ def only_bleed_warning(channel: int) -> str:
             "another channel (another person's voice bleeding into its microphone)")
 
 
-__all__ = ["BLEED_DB", "SILENT_DB", "Unit", "channel_label", "channel_order", "channel_speaker_label",
-           "dominance", "frame_db", "frame_energy", "joined_segments", "only_bleed_warning",
+__all__ = ["ABOVE_FLOOR_DB", "BLEED_DB", "SILENT_DB", "Unit", "channel_label", "channel_order",
+           "channel_speaker_label", "heard", "noise_floors", "dominance", "frame_db", "frame_energy", "joined_segments", "only_bleed_warning",
            "label_at", "owners", "silent_channel_warning", "silent_channels"]

@@ -69,6 +69,18 @@ def test_a_word_made_up_over_silence_is_dropped():
     assert ch.owners([ch.Unit(0, " thanks", 1.2, 1.8), ch.Unit(0, " hi", 0.2, 0.5)], levels(audio)) == [None, 0]
 
 
+def test_a_word_made_up_over_a_channels_hiss_is_dropped():
+    """A line's or a microphone's noise (here -60 dB, above the absolute floor of digital
+    silence) is not speech: a word over nothing but each channel's own hiss is dropped, a word
+    over speech is kept."""
+    hiss = [noise(3.0, 0.001, 5), noise(3.0, 0.001, 6)]
+    speech = np.concatenate([noise(1.0, 0.2, 1), np.zeros(2 * SR, np.float32)])
+    lv = levels(np.stack([speech + hiss[0], hiss[1] + 0.1 * speech]))
+    assert ch.noise_floors(lv) == pytest.approx([-60.0, -60.0], abs=1.5)
+    assert ch.owners([ch.Unit(0, " thanks", 1.5, 2.1), ch.Unit(1, " bye", 2.3, 2.8),
+                      ch.Unit(0, " hi", 0.2, 0.5)], lv) == [None, None, 0]
+
+
 def test_joined_segments_follow_time_across_channels_and_keep_only_own_words():
     lv = levels(two_people())
     zero = [Segment(" hello there", 0.2, 1.0, "CHANNEL_0",
@@ -100,3 +112,4 @@ def test_speaker_names_go_in_channel_order():
     assert ch.channel_order(3, segs, diarized=False) == ("CHANNEL_0", "CHANNEL_1", "CHANNEL_2")
     assert ch.channel_order(3, segs, diarized=True) == (
         "CHANNEL_0_SPEAKER_00", "CHANNEL_2_SPEAKER_01", "CHANNEL_2_SPEAKER_00")
+
