@@ -38,6 +38,13 @@ def unavailable() -> Optional[str]:
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (util-linux, iproute2)"
+    try:  # a sandbox may forbid new namespaces even to root
+        probe = subprocess.run(["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare -n could not run: {exc}"
+    if probe.returncode != 0:
+        return f"unshare -n is not allowed here: {probe.stderr.strip() or probe.returncode}"
     return None
 
 
