@@ -8,6 +8,7 @@
                                   [--url URL [--token T] [--body json|raw] ...]
     python -m speaker_asr transcribe PATH... --output-dir DIR [--recursive] [--overwrite]
                                   [--manifest FILE.jsonl] [--url URL [--concurrency N] ...]
+                                  [--ray ADDRESS [--ray-actors N] [--ray-gpus-per-actor G] ...]
     python -m speaker_asr serve [--host HOST] [--port PORT]
 
 ``transcribe`` runs the handler in this process (models from ASR_MODEL, DIARIZATION_MODEL, ...,
@@ -29,6 +30,8 @@ a failing one is reported and the run goes on, progress is shown on stderr and a
 at the end (``--manifest`` adds one JSON line per recording). Ctrl-C stops after the recording in
 hand. ``--url`` sends the recordings to our server or an Inference Endpoint instead
 (speaker_asr/remote.py), ``--concurrency`` at a time, retrying 429/502/503/504 and connection errors.
+``--ray`` transcribes them on a Ray cluster's actor pool instead, one model load per actor
+(speaker_asr/batch/ray_engine.py, docs/ray.md); the outputs are still written here.
 
 Exit codes: 0 done; 2 bad arguments, unreadable file or a request the handler refuses (the
 message is printed on stderr); 1 the models could not be loaded or another error; in a batch run
