@@ -98,7 +98,7 @@ def drive(args) -> None:
             "audio_s": sum(r.duration or 0.0 for r in results)}
     if args.driver == "ray":
         line["overhead_s"] = [here - there for _, there, here in engine.timings]
-        line["cpus_per_actor"] = engine._options.get("num_cpus")
+        line["cpus_per_actor"] = engine.actor_options.get("num_cpus")
         engine.close()
     print("RESULT " + json.dumps(line), flush=True)
 

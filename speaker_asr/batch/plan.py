@@ -78,7 +78,7 @@ def discover(paths: Sequence[Union[str, Path]], recursive: bool = False,
 
     for given in paths:
         if is_uri(given):
-            files, unsearched, _hidden, folder = walk_uri(str(given), recursive)
+            files, unsearched, folder = walk_uri(str(given), recursive)
             out.unsearched.extend(unsearched)
             for uri, relative in files:
                 if folder and not is_audio(relative.name):

@@ -89,19 +89,18 @@ class Transcriber:
         except RunError as exc:
             self.error = str(exc)
 
-    def ready(self) -> tuple[int, Optional[str]]:
-        """(its process id, why its models could not be loaded or None)."""
-        return os.getpid(), self.error
+    def ready(self) -> Optional[str]:
+        """Why its models could not be loaded, or None."""
+        return self.error
 
-    def respond(self, source: str, parameters: dict[str, Any], uri: bool) -> tuple:
-        """``("ok", response, seconds)``, ``("file", message, refused)`` or ``("run", message)``."""
+    def respond(self, source: str, parameters: dict[str, Any]) -> tuple:
+        """``("ok", response, seconds)``, ``("file", message, refused)`` or ``("run", message)``
+        (``source``: an absolute path or a URI)."""
         started = time.monotonic()
         if self.error is not None:
             return ("run", self.error)
         try:
-            from pathlib import Path
-
-            audio = read_source(source if uri else Path(source))
+            audio = read_source(source)
             reply = self.engine.respond(audio, parameters, source, threading.Event())
         except FileError as exc:
             return ("file", str(exc), exc.refused)
@@ -112,11 +111,9 @@ class Transcriber:
 
 @dataclass
 class _Slot:
-    """One actor of the pool: its handle and process id, and the recording it has."""
+    """One place in the pool: the actor in it (replaced when it dies)."""
 
     actor: Any
-    pid: Optional[int] = None
-    source: Optional[str] = None
 
 
 class RayEngine:
@@ -142,22 +139,18 @@ class RayEngine:
         self.start_timeout_s = start_timeout_s
         self.slots: list[_Slot] = []
         self._idle: "queue.Queue[_Slot]" = queue.Queue()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the timings, appended by the run's threads
         self._connected = False
         self._loaded = False
-        self._options: dict[str, Any] = {}
+        self.actor_options: dict[str, Any] = {}  # each actor's Ray options, chosen by load()
         self._secrets = secret_env()
         # each recording answered: (source, seconds in the actor, seconds here from sending it to
         # its answer, retries included): what Ray adds per recording (bench/ray_throughput.py)
         self.timings: list[tuple[str, float, float]] = []
 
-    @property
-    def shown_address(self) -> str:
-        return self.address
-
     def describe(self) -> str:
         return (f"{len(self.slots)} Ray actor{'s' if len(self.slots) != 1 else ''} at {self.address} "
-                f"({self._options.get('num_gpus', 0):g} GPU, {self._options.get('num_cpus', 0):g} "
+                f"({self.actor_options.get('num_gpus', 0):g} GPU, {self.actor_options.get('num_cpus', 0):g} "
                 "CPU each)")
 
     # -- the cluster and the pool
@@ -232,7 +225,7 @@ class RayEngine:
         slots: list[_Slot] = []
         try:
             remote = ray.remote(max_restarts=0, max_task_retries=0)(Transcriber)
-            slots = [_Slot(remote.options(**self._options).remote(self._secrets)) for _ in range(count)]
+            slots = [_Slot(remote.options(**self.actor_options).remote(self._secrets)) for _ in range(count)]
             answers = ray.get([slot.actor.ready.remote() for slot in slots], timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             self._kill(slots)
@@ -241,18 +234,17 @@ class RayEngine:
         except Exception as exc:
             self._kill(slots)
             raise RunError(f"a Ray actor could not start: {type(exc).__name__}: {_first_line(exc)}") from None
-        for slot, (pid, error) in zip(slots, answers):
+        for error in answers:
             if error is not None:
                 self._kill(slots)
                 raise RunError(f"could not load the models on a Ray actor: {error}")
-            slot.pid = pid
         return slots
 
     def load(self) -> None:
         if self._loaded:
             return
         self.connect()
-        self._options = self._resources()
+        self.actor_options = self._resources()
         self.slots = self._start(self.concurrency)
         for slot in self.slots:
             self._idle.put(slot)
@@ -267,11 +259,10 @@ class RayEngine:
                 pass
 
     def _replace(self, slot: _Slot) -> None:
-        """A new actor in ``slot``'s place (the old one is dead)."""
+        """A new actor in ``slot``'s place (the old one is dead; the slot is the calling thread's
+        alone, taken from the idle queue)."""
         self._kill([slot])
-        new = self._start(1)[0]
-        with self._lock:
-            slot.actor, slot.pid = new.actor, new.pid
+        slot.actor = self._start(1)[0].actor
 
     def close(self) -> None:
         """End the actors (and a cluster started here)."""
@@ -284,11 +275,6 @@ class RayEngine:
             self._ray().shutdown()
         self._connected = False
 
-    def busy(self) -> dict[int, str]:
-        """The recordings in hand: actor process id -> source."""
-        with self._lock:
-            return {slot.pid: slot.source for slot in self.slots if slot.source is not None and slot.pid}
-
     # -- one recording
     def respond(self, audio: Optional[bytes], parameters: dict[str, Any], source: Optional[Source],
                 stop: threading.Event) -> Reply:
@@ -300,24 +286,19 @@ class RayEngine:
         died = _actor_deaths(ray)
         from speaker_asr.batch.sources import is_uri
 
-        uri = is_uri(source)
         # a worker's working folder is not the driver's: a local path goes as an absolute one
-        where = str(source) if uri else os.path.abspath(source)
+        where = str(source) if is_uri(source) else os.path.abspath(source)
         slot = self._idle.get()
         sent = time.monotonic()
         try:
             reason = ""
             for attempt in range(1, self.retries + 2):
-                with self._lock:
-                    slot.source = str(source)
                 try:
-                    answer = ray.get(slot.actor.respond.remote(where, parameters, uri))
+                    answer = ray.get(slot.actor.respond.remote(where, parameters))
                 except died as exc:
                     reason = _first_line(exc)
                     logger.warning("the Ray actor transcribing %s died (%s); %s", source, reason,
                                    "starting another" if attempt <= self.retries else "giving up")
-                    with self._lock:
-                        slot.source = None
                     self._replace(slot)  # the pool keeps its size (RunError when it cannot)
                     continue
                 if answer[0] == "file":
@@ -330,8 +311,6 @@ class RayEngine:
             raise FileError(f"the Ray actor transcribing it died {self.retries + 1} times "
                             f"(last: {reason})", attempts=self.retries + 1)
         finally:
-            with self._lock:
-                slot.source = None
             self._idle.put(slot)
 
 

@@ -48,22 +48,21 @@ def _join(uri: str, path: str) -> str:
     return f"{uri.split('://', 1)[0]}://{path}"
 
 
-def walk_uri(uri: str, recursive: bool) -> tuple[list[tuple[str, PurePosixPath]], list[str], list[str], bool]:
+def walk_uri(uri: str, recursive: bool) -> tuple[list[tuple[str, PurePosixPath]], list[str], bool]:
     """What ``uri`` holds: its files as (URI, place relative to it) in name order (a file given:
-    itself at the top), the subfolders left out without ``recursive``, and the hidden names
-    skipped; and whether it is a folder. Raises BatchError when it does not exist or cannot be
+    itself at the top; hidden names skipped), the subfolders left out without ``recursive``, and
+    whether it is a folder. Raises BatchError when it does not exist or cannot be
     listed."""
     fs, root = _filesystem(uri)
     root = root.rstrip("/") or "/"
     try:
         if fs.isfile(root):
-            return [(uri, PurePosixPath(PurePosixPath(root).name))], [], [], False
+            return [(uri, PurePosixPath(PurePosixPath(root).name))], [], False
         if not fs.isdir(root):
             raise BatchError(f"cannot read {uri}: no such file or folder (give audio files or "
                              "folders that hold them)")
         found: list[tuple[str, PurePosixPath]] = []
         unsearched: list[str] = []
-        hidden: list[str] = []
         listed = fs.find(root, maxdepth=None if recursive else 1, withdirs=True, detail=True)
     except BatchError:
         raise
@@ -74,14 +73,13 @@ def walk_uri(uri: str, recursive: bool) -> tuple[list[tuple[str, PurePosixPath]]
         if relative is None or not relative.parts:
             continue
         if any(part.startswith(".") for part in relative.parts):
-            hidden.append(path)
             continue
         if listed[path].get("type") == "directory":
             if not recursive:
                 unsearched.append(_join(uri, path))
             continue
         found.append((_join(uri, path), relative))
-    return found, unsearched, hidden, True
+    return found, unsearched, True
 
 
 def read_source(source: Source) -> bytes:
