@@ -26,7 +26,7 @@ IMAGE_TRANSFORMERS := 4.57.6
 # what `pip install transformers==4.57.6` upgrades in the image venv besides transformers
 IMAGE_OVERLAY_PINS := 'tokenizers>=0.22,<=0.23.0' 'huggingface_hub>=0.34,<1.0' hf-xet
 # the handler's tests, the compatibility checks and the patches, in another environment
-VERSION_TESTS := tests/test_endpoint.py tests/test_known_speakers.py tests/test_compat.py tests/patches \
+VERSION_TESTS := tests/test_endpoint.py tests/test_known_speakers.py tests/test_multichannel.py tests/test_compat.py tests/patches \
 	tests/diarization
 IMAGE_TESTS := $(VERSION_TESTS) tests/endpoints_image
 REAL_MODELS_DIR ?= $(HOME)/.cache/real-models

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """What ``multichannel=true`` costs: time and memory of 2 and 4 channels against the same recording
-downmixed (the default pipeline: ASR beside diarization), and against one channel's ASR alone.
+downmixed (the default pipeline: ASR beside diarization), against one channel's ASR alone, and
+against the channels decoded one window at a time (``batch_size`` 1) instead of in one batch.
 
 The recording is one of the benchmark's inputs (``--input``, common.INPUTS: ``30s`` is the kit's
 two-speaker sample, ``60s`` and longer the LibriVox clips and the sample joined), spread over the
@@ -65,6 +66,9 @@ def main(argv=None) -> int:
         multi = channels_of(audio, n)
         runs[f"{n} channels downmixed, default"] = (multi.mean(axis=1), {}, "default")
         runs[f"{n} channels, multichannel"] = (multi, {"multichannel": True}, "multi")
+        # the same, the channels' windows decoded one at a time instead of side by side
+        runs[f"{n} channels, multichannel, batch_size 1"] = (multi, {"multichannel": True, "batch_size": 1},
+                                                             "multi")
         runs[f"{n} channels, diarize_channels"] = (multi, {"multichannel": True, "diarize_channels": True},
                                                    "multi")
 

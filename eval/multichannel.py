@@ -6,7 +6,8 @@ Each real meeting clip (``--meetings-dir``, ../shared/real-meetings' layout: ``a
 AMI's word-level ``ref.words.json``) with two or more speakers becomes a recording with one
 channel per person: on channel k, the stretches where person k speaks (their words' reference
 times, padded by ``--pad`` seconds, faded in and out over 20 ms) are heard at full level and the
-rest of the meeting bleeds in at ``--bleed-db`` (default -20 dB). AMI's clips are the sum of the
+rest of the meeting bleeds in at ``--bleed-db`` (default -20 dB); a pad never takes another
+person's word. AMI's clips are the sum of the
 close-talking microphones, so where two people talk at once they cannot be pulled apart: the
 stretches where one person's word overlaps another's are cut out (silence on every channel) and
 those words left out of the references of both modes (the table counts them). The downmix is the
@@ -64,13 +65,17 @@ def wav_bytes(audio: np.ndarray) -> bytes:
 
 def owners(words: list[dict], people: list[str], samples: int, pad: float) -> np.ndarray:
     """Per sample, the index of the person speaking there (-1: nobody, -2: cut out): each word's
-    time, padded, given to its speaker unless an earlier word already holds it; the words that
-    overlap another person's cut out."""
+    own time given to its speaker (where two people speak at once, the first word keeps it), then
+    the padding around each word where no word lies (a pad never takes the start of the next
+    person's word: a quick reply is on its own person's channel); the words that overlap another
+    person's cut out."""
     owner = np.full(samples, -1, dtype=np.int16)
-    for w in words:  # in start order: where two people speak at once, the first keeps it
-        a, b = max(0, int((w["start"] - pad) * SR)), min(samples, int((w["end"] + pad) * SR))
-        piece = owner[a:b]
-        piece[piece == -1] = people.index(w["speaker"])
+    for widen in (0.0, pad):  # in start order within each pass
+        for w in words:
+            a = max(0, int((w["start"] - widen) * SR))
+            b = min(samples, int((w["end"] + widen) * SR))
+            piece = owner[a:b]
+            piece[piece == -1] = people.index(w["speaker"])
     for w, cut in zip(words, overlapped(words)):
         if cut:
             owner[max(0, int(w["start"] * SR)):min(samples, int(w["end"] * SR))] = -2

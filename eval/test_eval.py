@@ -298,3 +298,20 @@ def test_a_generated_dialogue_gives_each_speakers_own_voice(tmp_path):
                 own[int(u.start * 16000):int(u.end * 16000) + 1] = True
                 assert np.abs(track[int(u.start * 16000):int(u.end * 16000)]).max() > 0.01
         assert not np.any(track[~own])
+
+
+def test_the_multichannel_analog_gives_each_word_to_its_speaker_and_pads_only_the_gaps():
+    """eval/multichannel.py's channels from a mix: a word's own time is its speaker's even where
+    the padding around the previous person's word reaches into it (a quick reply), and words said
+    over another person's are cut out of every channel."""
+    from multichannel import SR, owners
+
+    words = [{"speaker": "A", "start": 0.0, "end": 1.0, "word": "so"},
+             {"speaker": "B", "start": 1.1, "end": 1.5, "word": "yes"},
+             {"speaker": "A", "start": 2.0, "end": 2.5, "word": "and"},
+             {"speaker": "B", "start": 2.2, "end": 2.4, "word": "mm"}]
+    owner = owners(words, ["A", "B"], 3 * SR, pad=0.15)
+    at = lambda t: int(owner[int(t * SR)])  # noqa: E731
+    assert at(1.12) == 1 and at(1.05) == 0  # B's reply is B's from its first sample; the gap padded
+    assert at(1.6) == 1 and at(1.8) == -1  # B's pad after the reply, then nobody
+    assert at(2.3) == -2 and at(2.1) == -2  # the overlapping words cut out

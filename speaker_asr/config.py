@@ -27,7 +27,7 @@ from speaker_asr.errors import RequestError
 from speaker_asr.formats import FORMATS, TASKS
 from speaker_asr.settings import DEFAULT_DIARIZATION_MODEL, DOCUMENTED_ASSISTANT_MODEL
 from speaker_asr.speaker_names import MAX_SPEAKERS, validate_speaker_names
-from speaker_asr.types import (ASSIST_BATCH_SIZE, ASSIST_LONG_AUDIO, ASSIST_NO_ASSISTANT,
+from speaker_asr.types import (ASSIST_BATCH_SIZE, ASSIST_CHANNELS, ASSIST_LONG_AUDIO, ASSIST_NO_ASSISTANT,
                                ASSIST_NOT_REQUESTED, ASSIST_REQUESTED, ASSIST_SAMPLING,
                                AssistDecision)
 
@@ -324,7 +324,8 @@ class InferenceConfig(BaseModel):
         an assistant is loaded, the audio fits one window (assisted decoding runs at batch 1, so
         for longer audio batched windows win: measured on an A10 with large-v3 +
         distil-large-v3, assisted took 327 ms vs 784 ms plain on 8 s, but 4.15 s vs 3.48 s on
-        60 s), decoding is greedy and no batch size above 1 was asked for. With
+        60 s), decoding is greedy, no batch size above 1 was asked for and the channels are not
+        decoded side by side (``multichannel``). With
         ``long_form='sequential'`` both run one window at a time, so any length is eligible."""
         first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
         if not has_assistant:
@@ -335,6 +336,8 @@ class InferenceConfig(BaseModel):
             return ASSIST_SAMPLING
         if self.batch_size not in (None, 1):
             return ASSIST_BATCH_SIZE
+        if self.multichannel:
+            return ASSIST_CHANNELS
         return None
 
     def assist_decision(self, duration_s: float, has_assistant: bool,

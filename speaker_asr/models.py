@@ -37,7 +37,7 @@ import numpy as np
 from speaker_asr.attribution.naming import name_known_speakers
 from speaker_asr.attribution.response import attribute
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.config import InferenceConfig, ModelCapabilities
+from speaker_asr.config import MAX_CHUNK_LENGTH_S, InferenceConfig, ModelCapabilities
 from speaker_asr.diarization.frames import Activity
 from speaker_asr.settings import ModelSettings
 from speaker_asr.pipeline import (WARM_UP_MAX_NEW_TOKENS, WARM_UP_SECONDS, diarize_speakers,
@@ -290,7 +290,7 @@ class Models:
         ``config.multichannel``: ``audio`` is ``(channels, samples)``, each channel a speaker
         (:meth:`_transcribe_channels`)."""
         if config.multichannel:
-            return self._transcribe_channels(audio, config, on_start)
+            return self._transcribe_channels(audio, config, on_start, progress)
         with self.lock:
             references = self._on_diarization_thread_wait(reference_voices, self._voice_model(), config)
             if on_start is not None:
@@ -428,9 +428,11 @@ class Models:
     # -- channels as speakers -----------------------------------------------------------------
 
     def _transcribe_channels(self, audio: np.ndarray, config: InferenceConfig,
-                             on_start: Optional[Callable[[], None]] = None) -> Result:
+                             on_start: Optional[Callable[[], None]] = None,
+                             progress: Optional[ProgressCallback] = None) -> Result:
         """``multichannel``: each channel of ``audio`` (``(channels, samples)``) transcribed on its
-        own (a silent one skipped), its words given its label (``diarize_channels``: the
+        own (a silent one skipped; those heard batched side by side, ``progress`` hearing their
+        windows), its words given its label (``diarize_channels``: the
         speakers its own diarization finds, on the diarization thread beside the ASR), and every
         word kept once, on the channel whose voice it is (attribution/channels.py)."""
         from speaker_asr.attribution import channels as ch
@@ -453,7 +455,10 @@ class Models:
                     return {c: self.diarizer.diarize(audio[c], per_channel_config, with_voices)
                             for c in heard}
             transcripts, found = self._beside_diarization(
-                lambda: {c: self.asr.transcribe(audio[c], config, word_timestamps=True) for c in heard},
+                lambda: dict(zip(heard, self.asr.transcribe_many([audio[c] for c in heard],
+                                                                self._recording_language(audio, heard, config),
+                                                                word_timestamps=True, progress=progress,
+                                                                stop_loops=True))),
                 diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
         found = found or {}
         warnings = [ch.silent_channel_warning(c) for c in sorted(silent)]
@@ -483,6 +488,18 @@ class Models:
         if not config.return_word_timestamps:  # after the voices: they are embedded from the words
             result = replace(result, segments=[replace(s, words=[]) for s in result.segments])
         return replace(result, warnings=warnings)
+
+    def _recording_language(self, audio: np.ndarray, heard: list[int],
+                            config: InferenceConfig) -> InferenceConfig:
+        """``config`` with the recording's language (detected on its ``heard`` channels' first
+        window, summed) where none is given and the model is multilingual: detected channel by
+        channel, a channel holding mostly the others' bleed, its own person quiet, took another
+        language (whisper base wrote Welsh for one of an English meeting's channels)."""
+        if config.language is not None or not self.asr.multilingual or len(heard) < 2:
+            return config
+        first = audio[heard, :int(MAX_CHUNK_LENGTH_S * SAMPLE_RATE)]
+        language = self.asr.detect_language(first.mean(axis=0))
+        return config.model_copy(update={"language": language}) if language else config
 
     @staticmethod
     def _channel_speakers(channel: int, duration: float, found: Optional[Diarization]) -> Diarization:

@@ -71,11 +71,15 @@ def takes_progress(call: Callable) -> bool:
 
 class AsrWindows:
     """The ASR's windows of one request, reported to ``progress`` as they are decoded (0 of
-    ``total`` at once). Called on the ASR's thread only."""
+    ``total`` at once). ``recordings``: the request's recordings decoded one after another or
+    batched (a ``multichannel`` file's channels), ``total`` windows in all, as many each. Called
+    on the ASR's thread only."""
 
-    def __init__(self, total: int, progress: ProgressCallback):
+    def __init__(self, total: int, progress: ProgressCallback, recordings: int = 1):
         self.total = max(1, total)
+        self.recordings = max(1, recordings)
         self.done = 0
+        self.finished_recordings = 0
         self.progress = progress
         self._report()
 
@@ -88,18 +92,27 @@ class AsrWindows:
             self.done = done
             self._report()
 
+    def _before(self) -> tuple[int, int]:
+        """(the windows of the recordings finished, each recording's windows)."""
+        each = max(1, self.total // self.recordings)
+        return self.finished_recordings * each, each
+
     def decoded(self, windows: int) -> None:
         """``windows`` more decoded (a batch of chunked decoding)."""
         self._move(self.done + windows)
 
     def reached(self, fraction: float) -> None:
-        """Decoding has reached ``fraction`` of the audio (Whisper's sequential long-form loop,
-        which starts each window where the last complete segment ended): the windows' worth
-        before it, the last one left for :meth:`finished`."""
-        self._move(min(self.total - 1, int(fraction * self.total)))
+        """Decoding of the current recording has reached ``fraction`` of it (Whisper's sequential
+        long-form loop, which starts each window where the last complete segment ended): the
+        windows' worth before it, the last one left for :meth:`finished`."""
+        before, each = self._before()
+        self._move(before + min(each - 1, int(fraction * each)))
 
-    def finished(self) -> None:
-        self._move(self.total)
+    def finished(self, recordings: int = 1) -> None:
+        """``recordings`` more decoded whole (the last, or every one: all windows done)."""
+        self.finished_recordings = min(self.recordings, self.finished_recordings + recordings)
+        before, _ = self._before()
+        self._move(self.total if self.finished_recordings == self.recordings else before)
 
 
 class DiarizationHook:

@@ -96,6 +96,7 @@ ASSIST_NO_ASSISTANT = "no assistant model loaded"  # auto, and ASSISTANT_MODEL i
 ASSIST_LONG_AUDIO = "audio longer than one window"
 ASSIST_SAMPLING = "sampling temperature"  # auto: the first temperature is above 0 (not greedy)
 ASSIST_BATCH_SIZE = "batch_size above 1"  # auto: the request asked for batched windows
+ASSIST_CHANNELS = "channels decoded in one batch"  # auto, multichannel: the channels side by side
 # auto, for audio both modes decode alike (asr/assist_policy.py): what this deployment measured
 ASSIST_AUTO_ASSISTED_FASTER = "auto: assisted measured faster"
 ASSIST_AUTO_PLAIN_FASTER = "auto: plain measured faster"
@@ -103,7 +104,7 @@ ASSIST_AUTO_LEARNING = "auto: timing both modes"  # too few timings of one mode 
 ASSIST_AUTO_EXPLORING = "auto: rechecking the slower mode"  # every few decisions, the other mode
 ASSIST_REASONS: tuple[str, ...] = (
     ASSIST_REQUESTED, ASSIST_NOT_REQUESTED, ASSIST_NO_ASSISTANT, ASSIST_LONG_AUDIO, ASSIST_SAMPLING,
-    ASSIST_BATCH_SIZE, ASSIST_AUTO_ASSISTED_FASTER, ASSIST_AUTO_PLAIN_FASTER, ASSIST_AUTO_LEARNING,
+    ASSIST_BATCH_SIZE, ASSIST_CHANNELS, ASSIST_AUTO_ASSISTED_FASTER, ASSIST_AUTO_PLAIN_FASTER, ASSIST_AUTO_LEARNING,
     ASSIST_AUTO_EXPLORING)
 
 

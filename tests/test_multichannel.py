@@ -151,3 +151,70 @@ def test_each_channel_is_diarized_with_its_share_of_the_speaker_count():
                                            "min_speakers": 3}, caps)
     one = config.model_copy(update=config.channel_speakers(2))
     assert (one.num_speakers, one.min_speakers, one.max_speakers) == (None, None, None)
+
+
+def _spy_pipe(monkeypatch, asr) -> list:
+    """Every call of the ASR pipeline from now on: (inputs, generate_kwargs)."""
+    calls = []
+
+    class Spy:
+        def __init__(self, real):
+            self.real = real
+
+        def __call__(self, inputs, **kwargs):
+            calls.append((inputs, kwargs.get("generate_kwargs", {})))
+            return self.real(inputs, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    monkeypatch.setattr(asr, "pipe", Spy(asr.pipe))
+    return calls
+
+
+@pytest.mark.parametrize("seconds", [6.0, 45.0])  # one window each; chunked long-form
+def test_the_channels_are_decoded_in_one_batch_and_their_loops_cut(handler, monkeypatch, seconds):
+    asr = handler.models.asr
+    config = InferenceConfig.from_request({"multichannel": True, "return_word_timestamps": True},
+                                          handler.models.capabilities)
+    channels = np.stack([tone(seconds, freq=f) for f in (180.0, 320.0, 250.0)])
+    alone = [asr.transcribe(c, config, word_timestamps=True) for c in channels]
+    calls = _spy_pipe(monkeypatch, asr)
+    events = []
+    result = handler.models.transcribe(channels, config, progress=events.append)
+    assert len(calls) == 1 and len(calls[0][0]) == 3  # one pass, the three channels side by side
+    assert "stopping_criteria" in calls[0][1]  # a channel whose decode loops is ended there
+    asr_events = [e for e in events if e.stage == "asr"]
+    windows = 3 * asr.window_count(channels.shape[1], config, seconds > config.chunk_length_s)
+    assert asr_events[0].done == 0 and asr_events[-1].done == asr_events[-1].total == windows
+    # the same words as each channel decoded alone
+    batched = asr.transcribe_many(list(channels), config, word_timestamps=True)
+    assert [[w.text for w in t.words] for t in batched] == [[w.text for w in t.words] for t in alone]
+    # the assistant (loaded here) drafts at batch 1: "auto" leaves it out for the batch, and says so
+    assert result.assisted.used is False and result.assisted.reason == (
+        "channels decoded in one batch" if seconds <= config.chunk_length_s else "audio longer than one window")
+
+
+def test_channels_in_different_languages_are_decoded_each_in_its_own(handler, monkeypatch):
+    asr = handler.models.asr
+    config = InferenceConfig.from_request({"multichannel": True}, handler.models.capabilities)
+    languages = iter(["en", "fr"])
+    monkeypatch.setattr(asr, "detect_language", lambda audio: next(languages))
+    calls = _spy_pipe(monkeypatch, asr)
+    out = asr.transcribe_many([tone(4.0, freq=180.0), tone(4.0, freq=320.0)], config)
+    assert [kwargs.get("language") for _, kwargs in calls] == ["en", "fr"]
+    assert [t.language for t in out] == ["en", "fr"]
+
+
+def test_the_recordings_language_is_detected_once_on_all_its_channels(handler, monkeypatch):
+    """Detected channel by channel, a channel holding mostly the others' bleed took another
+    language: the channels share the one detected on their sum."""
+    asr = handler.models.asr
+    config = InferenceConfig.from_request({"multichannel": True}, handler.models.capabilities)
+    heard = []
+    monkeypatch.setattr(asr, "detect_language", lambda audio: heard.append(audio.copy()) or "fr")
+    calls = _spy_pipe(monkeypatch, asr)
+    channels = np.stack([tone(4.0, freq=180.0), 0.5 * tone(4.0, freq=320.0)])
+    result = handler.models.transcribe(channels, config)
+    assert len(heard) == 1 and np.allclose(heard[0], channels.mean(axis=0))
+    assert [kwargs.get("language") for _, kwargs in calls] == ["fr"] and result.language == "fr"

@@ -159,6 +159,22 @@ def test_asr_windows_count_up_to_the_total_and_never_past_it():
     assert events == [asr(0, 5), asr(2, 5), asr(4, 5), asr(5, 5)]
 
 
+def test_asr_windows_of_several_recordings_count_each_one_in_turn():
+    """A multichannel file's channels decoded one after another (3 windows each): each one's
+    sequential loop moves within its own share, and a recording finished ends its share only."""
+    events = []
+    windows = AsrWindows(6, events.append, recordings=2)
+    windows.reached(0.5)  # the first channel half decoded: 1.5 windows of its 3
+    windows.finished()  # the first channel done: 3 of 6, not all of them
+    windows.reached(0.99)  # the second channel: its last window left for the end
+    windows.finished()
+    assert events == [asr(0, 6), asr(1, 6), asr(3, 6), asr(5, 6), asr(6, 6)]
+    events.clear()
+    both = AsrWindows(2, events.append, recordings=2)
+    both.finished(2)  # both decoded whole in one batch
+    assert events == [asr(0, 2), asr(2, 2)]
+
+
 def test_only_handlers_naming_progress_are_given_one():
     class Handler:
         def __call__(self, data, progress=None): ...

@@ -19,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -48,13 +48,15 @@ def _pipeline_class():
     class SegmentsAndWordsPipeline(AutomaticSpeechRecognitionPipeline):
         def _forward(self, model_inputs, *args, **kwargs):
             stride = model_inputs.get("stride")  # popped by the stock _forward
+            features = model_inputs.get("input_features")  # (recordings or windows, ...)
+            rows = 1 if features is None else int(features.shape[0])
             # each window's right overlap, for the one-pass-per-window splitter (chunk_windows)
             with right_overlaps(stride, self.feature_extractor.hop_length):
                 out = super()._forward(model_inputs, *args, **kwargs)
             windows = _WINDOWS.get()
             if windows is not None:  # a batch of chunked windows, or the whole audio, decoded
-                if stride is None:
-                    windows.finished()
+                if stride is None:  # whole recordings (one, or several batched)
+                    windows.finished(rows)
                 else:
                     windows.decoded(1 if isinstance(stride, tuple) else len(stride))
             return out
@@ -313,23 +315,71 @@ class WhisperTranscriber:
         partial decode that its utterance's end made useless). ``stop_loops``: the decode ends
         where its tokens start going round in a loop (:func:`~speaker_asr.asr.hallucination.looping`:
         a phrase repeated back to back) instead of running on to its token limit."""
-        import torch
-
         if cancel is not None and cancel.is_set():
             raise DecodeCancelled("cancelled before it started")
+        windows = None
+        if progress is not None:
+            windows = AsrWindows(self.window_count(len(audio), cfg, self._chunked(audio, cfg)), progress)
+        return self._transcribe([audio], cfg, word_timestamps, windows, record, max_new_tokens,
+                                draft, cancel, stop_loops)[0]
+
+    def transcribe_many(self, audios: Sequence[np.ndarray], cfg: InferenceConfig,
+                        word_timestamps: bool = False, progress: Optional[ProgressCallback] = None,
+                        stop_loops: bool = False) -> list[Transcript]:
+        """Recordings of one length (the channels of one file, ``multichannel``), each its own
+        :class:`Transcript` as :meth:`transcribe` gives it, decoded together: in one batched pass
+        (their windows side by side, ``cfg``'s batch size at a time) where they share a language
+        and the decoding allows it, i.e. without the assistant (it runs at batch 1) and, for audio
+        longer than a window, chunked; else one after another. ``progress`` hears the windows of
+        all of them; ``stop_loops``: as :meth:`transcribe`'s, for each recording."""
+        if not audios:
+            return []
+        length = len(audios[0])
+        if any(len(a) != length for a in audios):
+            raise ValueError("transcribe_many takes recordings of one length")
+        languages = [cfg.language if cfg.language is not None or not self.multilingual
+                     else self.detect_language(a) for a in audios]
+        chunked = self._chunked(audios[0], cfg)
+        windows = None
+        if progress is not None:
+            windows = AsrWindows(len(audios) * self.window_count(length, cfg, chunked), progress,
+                                 recordings=len(audios))
+        decision = cfg.assist_decision(length / SAMPLE_RATE, self.assistant is not None, self.assist_policy)
+        batched = (len(audios) > 1 and len(set(languages)) == 1 and not decision.used
+                   and (chunked or length <= MAX_CHUNK_LENGTH_S * SAMPLE_RATE))
+        if batched:
+            return self._transcribe(list(audios), cfg.model_copy(update={"language": languages[0]}),
+                                    word_timestamps, windows, record=False, stop_loops=stop_loops)
+        return [self._transcribe([a], cfg.model_copy(update={"language": lang}), word_timestamps, windows,
+                                 stop_loops=stop_loops)[0]
+                for a, lang in zip(audios, languages)]
+
+    @staticmethod
+    def _chunked(audio: np.ndarray, cfg: InferenceConfig) -> bool:
+        """Whether ``audio`` is decoded in batched overlapping chunks (config.InferenceConfig.long_form):
+        audio that fits one window is decoded whole (chunking it would cut a short file into
+        overlapping windows whose merge can repeat or lose words at the seams); longer audio
+        chunked, or sequentially (Whisper's own long-form loop)."""
+        return len(audio) > cfg.chunk_length_s * SAMPLE_RATE and cfg.long_form == "chunked"
+
+    def _transcribe(self, audios: list[np.ndarray], cfg: InferenceConfig, word_timestamps: bool,
+                    windows: Optional[AsrWindows], record: bool = True,
+                    max_new_tokens: Optional[int] = None, draft: Optional[DraftTokens] = None,
+                    cancel: Optional[threading.Event] = None,
+                    stop_loops: bool = False) -> list[Transcript]:
+        """:meth:`transcribe` of ``audios`` (of one length) in one call of the pipeline: one
+        recording, or several batched (:meth:`transcribe_many`)."""
+        import torch
+
         words_mode = word_timestamps and self.has_alignment_heads
         # one language for the whole file, detected on the first 30 s when not given: windows
         # cannot flip language midway, and the response can report it (the pipeline's own
         # return_language breaks batched decoding in transformers 5)
         language = cfg.language
         if language is None and self.multilingual:
-            language = self.detect_language(audio)
-        # audio that fits one window is decoded whole: chunking it would cut a short file into
-        # overlapping windows whose merge can repeat or lose words at the seams. Longer audio is
-        # decoded sequentially (Whisper's own long-form loop) or in batched overlapping chunks
-        # (config.InferenceConfig.long_form)
-        chunked = len(audio) > cfg.chunk_length_s * SAMPLE_RATE and cfg.long_form == "chunked"
-        seconds = len(audio) / SAMPLE_RATE
+            language = self.detect_language(audios[0])
+        chunked = self._chunked(audios[0], cfg)
+        seconds = len(audios[0]) / SAMPLE_RATE
         # for audio that fits one window both modes give the same text: "auto" takes the one
         # this deployment has measured to be faster (assist_policy.py)
         eligible = cfg.assist_eligible(seconds, self.assistant is not None)
@@ -339,11 +389,12 @@ class WhisperTranscriber:
             # INFO where an assistant could have drafted; without one every request says the same
             logger.log(logging.INFO if self.assistant is not None else logging.DEBUG,
                        "assisted='auto': decoding without the assistant (%s)", decision.reason)
-        window = {"chunk_length_s": cfg.chunk_length_s,
-                  "batch_size": cfg.batch_size_for(assisted, self.default_batch_size)} if chunked else {}
+        batch_size = cfg.batch_size_for(assisted, self.default_batch_size)
+        window = {"chunk_length_s": cfg.chunk_length_s, "batch_size": batch_size} if chunked \
+            else {"batch_size": batch_size} if len(audios) > 1 else {}
         generate_kwargs = self.generate_kwargs(cfg, language, assisted)
-        if draft is not None and draft.given and not chunked \
-                and len(audio) <= MAX_CHUNK_LENGTH_S * SAMPLE_RATE and draft_allowed(generate_kwargs):
+        if draft is not None and draft.given and not chunked and len(audios) == 1 \
+                and seconds <= MAX_CHUNK_LENGTH_S and draft_allowed(generate_kwargs):
             generate_kwargs["prompt_lookup_num_tokens"] = PROPOSED  # assisted generation, our draft
             draft.verify = True
         if max_new_tokens is not None:
@@ -351,37 +402,44 @@ class WhisperTranscriber:
                                                     generate_kwargs.get("max_new_tokens", max_new_tokens))
         if cancel is not None or stop_loops:
             generate_kwargs["stopping_criteria"] = _stopping(cancel, stop_loops, self._timestamp_begin())
-        windows = None
-        if progress is not None:
-            windows = AsrWindows(self.window_count(len(audio), cfg, chunked), progress)
-            if not chunked and windows.total > 1 and self.monitors_progress:
-                # Whisper's sequential loop says where each window starts: (seek, max frames)
-                generate_kwargs["monitor_progress"] = \
-                    lambda p: windows.reached(float(p[0, 0]) / max(1.0, float(p[0, 1])))
+        if windows is not None and len(audios) == 1 and not chunked \
+                and self.window_count(len(audios[0]), cfg, chunked) > 1 and self.monitors_progress:
+            # Whisper's sequential loop says where each window starts: (seek, max frames)
+            generate_kwargs["monitor_progress"] = \
+                lambda p: windows.reached(float(p[0, 0]) / max(1.0, float(p[0, 1])))
         started = time.perf_counter()
         from speaker_asr.patches.chunk_windows import one_pass_per_window
         from speaker_asr.patches.whisper import fast_lm_head_allowed, fast_lm_head_scope
 
+        inputs = [{"raw": a, "sampling_rate": SAMPLE_RATE} for a in audios]
         # request-scoped (this thread), never model state: the bfloat16 projection only for
         # greedy decoding that reads no probabilities; the windows counted for ``progress``
         with torch.inference_mode(), one_pass_per_window(chunked), \
                 fast_lm_head_scope(fast_lm_head_allowed(generate_kwargs)), _WINDOWS.set(windows), \
                 DRAFT.set(draft):
-            out = self.pipe(
-                {"raw": audio, "sampling_rate": SAMPLE_RATE},
+            outs = self.pipe(
+                inputs if len(inputs) > 1 else inputs[0],
                 **window,
                 return_timestamps="word" if words_mode else True,
                 generate_kwargs=generate_kwargs,
             )
+        if len(inputs) == 1:
+            outs = [outs]
         if eligible and record:
             self.assist_policy.record(assisted, seconds, time.perf_counter() - started)
+        return [self._transcript(out, words_mode, language if self.multilingual else "en", cfg, decision)
+                for out in outs]
+
+    @staticmethod
+    def _transcript(out: dict, words_mode: bool, language: Optional[str], cfg: InferenceConfig,
+                    decision) -> Transcript:
+        """One recording's pipeline output as a :class:`Transcript` (the hallucination filter's
+        drops made, where asked)."""
         segments = out.get("segments") if words_mode else out.get("chunks")
         chunks = [_segment(c) for c in segments or []]
         if not chunks and out.get("text"):
             chunks = [Segment(out["text"], None, None)]
         words = [_word(c) for c in out.get("chunks") or []] if words_mode else None
-        if not self.multilingual:
-            language = "en"
         text, dropped = out.get("text", ""), []
         if words and cfg.hallucination_filter:
             cleaned = drop_hallucinations(chunks, words)

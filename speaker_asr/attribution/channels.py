@@ -16,14 +16,20 @@ own person is still mostly the other voice.
   :func:`noise_floors`): made up over silence, dropped. The floor is the channel's own: a
   microphone's hiss or a call's line noise is not speech. (:data:`LOUD_DB` keeps a channel that
   never pauses, whose floor is its voice, heard);
-* a median more than :data:`BLEED_DB` below another channel: that channel's voice bleeding in.
-  It is dropped where the louder channel has a word of its own at that time (its own transcript of
-  it), else moved there: a word belongs to the channel where it is loudest, and a channel whose
-  own transcript missed it (a decode that looped) still gets it;
-* the same word on another channel at the same time (:data:`SAME_WORD_S`): kept only where it is
-  louder (at a tie, on the lower channel);
+* the same word heard on several channels (the same text, starting within :data:`SAME_WORD_S`
+  or overlapping; :func:`twin_groups`, at most one copy a channel): kept once, on the channel
+  loudest where its most exactly timed copy puts it (the shortest copy not squeezed into an
+  instant: Whisper stretches a word's time over a pause or another person's words before it, and
+  each channel's decode times the word its own way), with that copy's time; where that channel
+  has no copy, the copy is moved there (unless a word of that channel covers it);
+* a word on one channel only, its median more than :data:`BLEED_DB` below another channel: that
+  channel's voice bleeding in. It is dropped where the louder channel has a word of its own at
+  that time, else moved there: a word belongs to the channel where it is loudest, and a channel
+  whose own transcript missed it still gets it;
 * anything else is the channel's own: two people talking at once are both kept, and so is a quiet
   person talking over a loud one.
+
+The words of all channels are then merged in time order (:func:`joined_segments`).
 
 No torch, no I/O: numpy over the channels' samples, and the transcript's records.
 """
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
@@ -65,6 +72,8 @@ COVER_MAX_S = 1.5
 PAD_S = 0.05
 # the same word on another channel: the same text, starting within this many seconds
 SAME_WORD_S = 0.5
+# a word shorter than this was squeezed into an instant by the alignment (no audio found for it)
+SQUEEZED_S = 0.04
 
 
 def channel_label(channel: int) -> str:
@@ -219,82 +228,156 @@ class _ByChannel:
         return self._units[channel][lo:hi] if starts else []
 
 
+def twin_groups(units: Sequence[Unit]) -> list[list[int]]:
+    """The copies of one word heard on several channels (:func:`_twins`), as lists of indices
+    into ``units`` with at most one copy per channel: pairs of twins joined closest in time first,
+    never two units of one channel in a group (a channel that says "the" twice has two words)."""
+    by_channel = _ByChannel(units)
+    index = {id(u): i for i, u in enumerate(units)}
+    pairs = [(abs(o.start - u.start), i, index[id(o)])
+             for i, u in enumerate(units) for c in by_channel.channels if c > u.channel
+             for o in by_channel.near(c, u) if _twins(o, u)]
+    parent = list(range(len(units)))
+    channels = [{u.channel} for u in units]
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for _, i, j in sorted(pairs):
+        a, b = root(i), root(j)
+        if a != b and not channels[a] & channels[b]:
+            parent[b] = a
+            channels[a] |= channels[b]
+    groups: dict[int, list[int]] = {}
+    for i in range(len(units)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
+
+
 def owners(units: Sequence[Unit], levels: np.ndarray) -> list[Optional[int]]:
     """For each unit, the channel it belongs to: its own, another (a word of that channel's voice
     that its own transcript missed), or None (dropped: bleed another channel has, a word heard
     louder elsewhere, or nothing heard). See the module's docstring. ``levels``:
     :func:`frame_db` of the channels."""
+    return judge(units, levels)[0]
+
+
+def judge(units: Sequence[Unit], levels: np.ndarray) -> tuple[list[Optional[int]], dict[int, Unit]]:
+    """:func:`owners`, and for each kept copy of a word heard on several channels the copy whose
+    time it takes (the most exactly timed one, by index)."""
+    if levels.shape[0] < 2:
+        return [u.channel for u in units], {}
     by_channel = _ByChannel(units)
+    times: dict[int, Unit] = {}
     floors = noise_floors(levels)
-    out: list[Optional[int]] = []
-    for u in units:
-        start, end = u.start - PAD_S, u.end + PAD_S
-        if levels.shape[0] < 2:
-            out.append(u.channel)
+    out: list[Optional[int]] = [None] * len(units)
+    groups = twin_groups(units)
+    for group in groups:  # one word heard on several channels: one copy kept
+        if len(group) < 2:
             continue
+        if not any(heard(levels, floors, units[k].start - PAD_S, units[k].end + PAD_S) for k in group):
+            continue
+        # judged where its most exactly timed copy says it is: the shortest (a copy stretched
+        # over a pause or another's words is less exact), but not one squeezed into an instant
+        # (the alignment found no audio for it: its time says nothing)
+        timed = min(group, key=lambda k: (_timing_error(units[k]), units[k].channel))
+        t = units[timed]
+        owner = _loudest(levels, t.start - PAD_S, t.end + PAD_S)
+        own = [k for k in group if units[k].channel == owner]
+        if own:
+            out[own[0]] = owner
+            times[own[0]] = t
+        elif not any(_covers(o, t) for o in by_channel.near(owner, t)):
+            out[timed] = owner
+            by_channel.add(replace(t, channel=owner))
+    for group in groups:
+        if len(group) > 1:
+            continue
+        u = units[group[0]]
+        start, end = u.start - PAD_S, u.end + PAD_S
         if not heard(levels, floors, start, end):
-            out.append(None)
             continue
         if dominance(levels, u.channel, start, end) < -BLEED_DB:
             louder = _loudest_other(levels, u.channel, start, end)
-            covered = any(_covers(o, u) or _twins(o, u) for o in by_channel.near(louder, u))
-            out.append(None if covered else louder)
-            if not covered:  # another channel's copy of this word now finds it there
-                by_channel.add(replace(u, channel=louder))
+            if not any(_covers(o, u) or _twins(o, u) for o in by_channel.near(louder, u)):
+                out[group[0]] = louder
+                by_channel.add(replace(u, channel=louder))  # a later copy finds it there
             continue
-        louder_twin = any(_twins(o, u) and _louder(levels, o, u)
-                          for c in by_channel.channels if c != u.channel for o in by_channel.near(c, u))
-        out.append(None if louder_twin else u.channel)
-    return out
+        out[group[0]] = u.channel
+    return out, times
 
 
-def _louder(levels: np.ndarray, o: Unit, u: Unit) -> bool:
-    """Whether ``o``'s channel hears the word louder than ``u``'s, over both their times (at a
-    tie, the lower channel)."""
-    gap = dominance(levels, u.channel, min(u.start, o.start) - PAD_S, max(u.end, o.end) + PAD_S,
-                    other=o.channel)
-    return gap < 0 or (gap == 0 and o.channel < u.channel)
+def _timing_error(u: Unit) -> float:
+    """How far a copy's time may be off: its length, or without measure where it is squeezed
+    under :data:`SQUEEZED_S`."""
+    length = u.end - u.start
+    return length if length >= SQUEEZED_S else float("inf")
+
+
+def _loudest(levels: np.ndarray, start: float, end: float) -> int:
+    """The channel loudest over ``start``..``end`` (the median of the frames where anything is
+    heard; at a tie, the lower channel)."""
+    return int(np.argmax(np.median(_frames(levels, start, end), axis=1)))
 
 
 def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray) -> list[Segment]:
     """Every channel's attributed segments (speaker and, where timed, words set; channel by
-    position) joined in time order, each word (each segment without words) on the channel whose
-    voice it is (:func:`owners`; ``levels``: :func:`frame_db` of the channels); a segment's text
-    and times are its kept words'. A word moved to another channel forms a segment there (with
-    the words moved beside it) whose speaker is that channel's there (:func:`label_at`)."""
+    position) joined, each word (each segment without words) on the channel whose voice it is
+    (:func:`owners`; ``levels``: :func:`frame_db` of the channels). The words of all channels are
+    merged in time order, each channel's in its own order (its word times can step back where
+    Whisper's windows meet: a running maximum orders them); a segment is a stretch of one
+    channel's segment's words that no other channel's word interrupts, its text and times its
+    words'. A word moved to another channel forms a segment there (with the words moved beside
+    it) whose speaker is that channel's there (:func:`label_at`)."""
     units: list[Unit] = []
     for c, segments in enumerate(per_channel):
         for seg in segments:
             for piece in (seg.words or [seg]):
                 units.append(Unit(c, piece.text, _time(piece.start, seg.start),
                                   _time(piece.end, _time(seg.end, seg.start))))
-    owner = iter(owners(units, levels))
-    out: list[Segment] = []
+    decided, times = judge(units, levels)
+    owner, index = iter(decided), iter(range(len(units)))
+    # (time, channel, order, (source channel, segment, to), segment, word or None) per kept piece
+    streams: list[list[tuple]] = []
     for c, segments in enumerate(per_channel):
-        for seg in segments:
-            if not seg.words:
-                to = next(owner)
+        stream, clock = [], float("-inf")
+        for i, seg in enumerate(segments):
+            for w in (seg.words or [None]):
+                to, k = next(owner), next(index)
+                if w is not None and k in times:  # the time of its most exactly timed copy
+                    w = replace(w, start=times[k].start, end=times[k].end)
+                piece_start = _time(seg.start if w is None else w.start, seg.start)
+                clock = max(clock, piece_start)
                 if to is not None:
-                    out.append(replace(seg, channel=to,
-                                       speaker=seg.speaker if to == c
-                                       else label_at(per_channel[to], to, _time(seg.start, 0.0))))
-                continue
-            runs: list[tuple[int, list]] = []  # consecutive words that go to one channel
-            for w in seg.words:
-                to = next(owner)
-                if to is None:
-                    continue
-                if runs and runs[-1][0] == to:
-                    runs[-1][1].append(w)
-                else:
-                    runs.append((to, [w]))
-            for to, words in runs:
-                speaker = seg.speaker if to == c else label_at(per_channel[to], to, _time(words[0].start, 0.0))
-                kept = [replace(w, channel=to, speaker=speaker if to != c else w.speaker) for w in words]
-                out.append(replace(seg, text="".join(w.text for w in kept), start=kept[0].start,
-                                   end=max(w.end for w in kept), words=kept, channel=to,
-                                   speaker=speaker))
-    out.sort(key=lambda s: (_time(s.start, 0.0), s.channel))
+                    stream.append((clock, c, len(stream), (c, i, to), seg, w))
+        streams.append(stream)
+    out: list[Segment] = []
+    run: list[tuple] = []
+
+    def close() -> None:
+        if not run:
+            return
+        c, _, to = run[0][3]
+        seg = run[0][4]
+        if run[0][5] is None:  # a segment without words, whole
+            out.append(replace(seg, channel=to, speaker=seg.speaker if to == c
+                               else label_at(per_channel[to], to, _time(seg.start, 0.0))))
+        else:
+            words = [item[5] for item in run]
+            speaker = seg.speaker if to == c else label_at(per_channel[to], to, _time(words[0].start, 0.0))
+            kept = [replace(w, channel=to, speaker=speaker if to != c else w.speaker) for w in words]
+            out.append(replace(seg, text="".join(w.text for w in kept), start=kept[0].start,
+                               end=max(w.end for w in kept), words=kept, channel=to, speaker=speaker))
+        run.clear()
+
+    for item in heapq.merge(*streams, key=lambda item: item[:3]):
+        if not run or run[-1][3] != item[3] or item[5] is None or run[-1][5] is None:
+            close()
+        run.append(item)
+    close()
     return out
 
 
@@ -335,5 +418,6 @@ def only_bleed_warning(channel: int) -> str:
 
 
 __all__ = ["ABOVE_FLOOR_DB", "BLEED_DB", "SILENT_DB", "Unit", "channel_label", "channel_order",
-           "channel_speaker_label", "heard", "noise_floors", "dominance", "frame_db", "frame_energy", "joined_segments", "only_bleed_warning",
-           "label_at", "owners", "silent_channel_warning", "silent_channels"]
+           "channel_speaker_label", "heard", "noise_floors", "dominance", "frame_db", "frame_energy",
+           "joined_segments", "judge", "only_bleed_warning", "label_at", "owners",
+           "silent_channel_warning", "silent_channels", "twin_groups"]

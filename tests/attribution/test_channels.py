@@ -63,6 +63,21 @@ def test_two_people_at_once_are_both_kept_and_the_same_word_once():
     assert ch.owners([ch.Unit(0, " yes", 0.5, 0.8), ch.Unit(1, " Yes.", 0.55, 0.8)], same) == [0, None]
 
 
+def test_a_word_on_two_channels_is_judged_where_its_exactly_timed_copy_is():
+    """Person 1 says "right" at 2.2-2.5 s; the bleed's copy on channel 0 was stretched back over
+    person 0's speech (Whisper's word times absorb what came before). Kept once, on channel 1, with
+    the exact copy's time; a copy squeezed into an instant says nothing about where the word is."""
+    lv = levels(two_people())
+    units = [ch.Unit(0, " right", 0.8, 2.5), ch.Unit(1, " Right.", 2.2, 2.5)]
+    assert ch.owners(units, lv) == [None, 1]
+    assert ch.owners([ch.Unit(0, " right", 0.8, 2.5), ch.Unit(1, " right", 1.0, 1.0)], lv) == [0, None]
+    one = [Segment(" right", 2.2, 2.5, "CHANNEL_1", [Word(" right", 2.2, 2.5, "CHANNEL_1")])]
+    zero = [Segment(" hi right", 0.3, 2.45, "CHANNEL_0",
+                    [Word(" hi", 0.3, 0.6, "CHANNEL_0"), Word(" right", 0.6, 2.45, "CHANNEL_0")])]
+    out = ch.joined_segments([zero, one], lv)
+    assert [(s.channel, s.text, s.start, s.end) for s in out] == [(0, " hi", 0.3, 0.6), (1, " right", 2.2, 2.5)]
+
+
 def test_a_word_made_up_over_silence_is_dropped():
     audio = np.stack([np.concatenate([noise(1.0, 0.2, 1), np.zeros(SR, np.float32)]),
                       np.zeros(2 * SR, np.float32)])
@@ -93,6 +108,25 @@ def test_joined_segments_follow_time_across_channels_and_keep_only_own_words():
     assert [(s.channel, s.speaker, s.text) for s in out] == [
         (0, "CHANNEL_0", " hello there"), (1, "CHANNEL_1", " fine thanks")]
     assert all(w.channel == s.channel for s in out for w in s.words)
+
+
+def test_words_of_several_channels_merge_in_time_order_each_channel_in_its_own():
+    """A backchannel said over a long turn lands between the turn's words (the turn's segment is
+    split around it), and a channel's words keep their order where its times step back (two
+    windows of its decode meeting)."""
+    a = np.zeros(3 * SR, np.float32)
+    a[int(0.2 * SR):int(2.6 * SR)] = noise(2.4, 0.2, 1)
+    b = np.zeros(3 * SR, np.float32)
+    b[int(1.2 * SR):int(1.5 * SR)] = noise(0.3, 0.2, 2)
+    lv = levels(np.stack([a + 0.1 * b, b + 0.1 * a]))
+    words = [Word(" so", 0.2, 0.6, "CHANNEL_0"), Word(" we", 0.6, 0.9, "CHANNEL_0"),
+             Word(" start", 1.6, 2.0, "CHANNEL_0")]
+    zero = [Segment(" so we start", 0.2, 2.0, "CHANNEL_0", words),
+            Segment(" now", 1.5, 2.4, "CHANNEL_0", [Word(" now", 1.5, 2.4, "CHANNEL_0")])]
+    one = [Segment(" yes", 1.25, 1.45, "CHANNEL_1", [Word(" yes", 1.25, 1.45, "CHANNEL_1")])]
+    out = ch.joined_segments([zero, one], lv)
+    assert [(s.channel, s.text, s.start, s.end) for s in out] == [
+        (0, " so we", 0.2, 0.9), (1, " yes", 1.25, 1.45), (0, " start", 1.6, 2.0), (0, " now", 1.5, 2.4)]
 
 
 def test_a_moved_word_takes_the_speaker_of_its_new_channel_at_that_time():

@@ -406,7 +406,8 @@ def test_multichannel_cost(env):
                "--channels", "2"], env)
     rows = table_rows(out, "| run | median s | / one channel's ASR | peak MB added |")
     assert [r[0] for r in rows] == ["one channel, ASR only", "2 channels downmixed, default",
-                                    "2 channels, multichannel", "2 channels, diarize_channels"], out
+                                    "2 channels, multichannel", "2 channels, multichannel, batch_size 1",
+                                    "2 channels, diarize_channels"], out
 
 
 # --------------------------------------------------------------------------- reliability/
