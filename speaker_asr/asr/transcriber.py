@@ -32,7 +32,7 @@ from speaker_asr.compat import dtype_kwarg, transformers_major
 from speaker_asr.patches.draft_decoding import DRAFT, PROPOSED, DraftTokens, draft_allowed
 from speaker_asr.patches.scope import RequestScope
 from speaker_asr.progress import AsrWindows, ProgressCallback
-from speaker_asr.types import Segment, Transcript, Word
+from speaker_asr.types import AssistDecision, Segment, Transcript, Word
 
 logger = logging.getLogger(__name__)
 
@@ -349,9 +349,10 @@ class WhisperTranscriber:
                    and (chunked or length <= MAX_CHUNK_LENGTH_S * SAMPLE_RATE))
         if batched:
             return self._transcribe(list(audios), cfg.model_copy(update={"language": languages[0]}),
-                                    word_timestamps, windows, record=False, stop_loops=stop_loops)
+                                    word_timestamps, windows, record=False, stop_loops=stop_loops,
+                                    decision=decision)
         return [self._transcribe([a], cfg.model_copy(update={"language": lang}), word_timestamps, windows,
-                                 stop_loops=stop_loops)[0]
+                                 stop_loops=stop_loops, decision=decision)[0]
                 for a, lang in zip(audios, languages)]
 
     @staticmethod
@@ -365,10 +366,12 @@ class WhisperTranscriber:
     def _transcribe(self, audios: list[np.ndarray], cfg: InferenceConfig, word_timestamps: bool,
                     windows: Optional[AsrWindows], record: bool = True,
                     max_new_tokens: Optional[int] = None, draft: Optional[DraftTokens] = None,
-                    cancel: Optional[threading.Event] = None,
-                    stop_loops: bool = False) -> list[Transcript]:
+                    cancel: Optional[threading.Event] = None, stop_loops: bool = False,
+                    decision: Optional[AssistDecision] = None) -> list[Transcript]:
         """:meth:`transcribe` of ``audios`` (of one length) in one call of the pipeline: one
-        recording, or several batched (:meth:`transcribe_many`)."""
+        recording, or several batched (:meth:`transcribe_many`). ``decision``: whether to use
+        the assistant, where the caller already asked (asking ``auto``'s policy again would
+        count a second decision, and could give another answer)."""
         import torch
 
         words_mode = word_timestamps and self.has_alignment_heads
@@ -383,7 +386,8 @@ class WhisperTranscriber:
         # for audio that fits one window both modes give the same text: "auto" takes the one
         # this deployment has measured to be faster (assist_policy.py)
         eligible = cfg.assist_eligible(seconds, self.assistant is not None)
-        decision = cfg.assist_decision(seconds, self.assistant is not None, self.assist_policy)
+        if decision is None:
+            decision = cfg.assist_decision(seconds, self.assistant is not None, self.assist_policy)
         assisted = decision.used
         if cfg.assisted == "auto" and not assisted:
             # INFO where an assistant could have drafted; without one every request says the same
@@ -432,7 +436,7 @@ class WhisperTranscriber:
 
     @staticmethod
     def _transcript(out: dict, words_mode: bool, language: Optional[str], cfg: InferenceConfig,
-                    decision) -> Transcript:
+                    decision: AssistDecision) -> Transcript:
         """One recording's pipeline output as a :class:`Transcript` (the hallucination filter's
         drops made, where asked)."""
         segments = out.get("segments") if words_mode else out.get("chunks")

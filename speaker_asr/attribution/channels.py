@@ -17,7 +17,7 @@ own person is still mostly the other voice.
   microphone's hiss or a call's line noise is not speech. (:data:`LOUD_DB` keeps a channel that
   never pauses, whose floor is its voice, heard);
 * the same word heard on several channels (the same text, starting within :data:`SAME_WORD_S`
-  or overlapping; :func:`twin_groups`, at most one copy a channel): kept once, on the channel
+  or overlapping; at most one copy a channel): kept once, on the channel
   loudest where its most exactly timed copy puts it (the shortest copy not squeezed into an
   instant: Whisper stretches a word's time over a pause or another person's words before it, and
   each channel's decode times the word its own way), with that copy's time; where that channel
@@ -40,12 +40,12 @@ import bisect
 import functools
 import heapq
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from speaker_asr.result import speakers_by_channel
-from speaker_asr.types import Segment, word_key
+from speaker_asr.types import Segment, Word, word_key
 
 FRAME_S = 0.01
 # the level of digital near-silence: a channel whose loudest half second is below it is silent
@@ -228,11 +228,11 @@ class _ByChannel:
         return self._units[channel][lo:hi] if starts else []
 
 
-def twin_groups(units: Sequence[Unit]) -> list[list[int]]:
+def _twin_groups(units: Sequence[Unit], by_channel: _ByChannel) -> list[list[int]]:
     """The copies of one word heard on several channels (:func:`_twins`), as lists of indices
-    into ``units`` with at most one copy per channel: pairs of twins joined closest in time first,
-    never two units of one channel in a group (a channel that says "the" twice has two words)."""
-    by_channel = _ByChannel(units)
+    into ``units`` (``by_channel``: the same units by channel) with at most one copy per channel:
+    pairs of twins joined closest in time first, never two units of one channel in a group (a
+    channel that says "the" twice has two words)."""
     index = {id(u): i for i, u in enumerate(units)}
     pairs = [(abs(o.start - u.start), i, index[id(o)])
              for i, u in enumerate(units) for c in by_channel.channels if c > u.channel
@@ -274,7 +274,7 @@ def judge(units: Sequence[Unit], levels: np.ndarray) -> tuple[list[Optional[int]
     times: dict[int, Unit] = {}
     floors = noise_floors(levels)
     out: list[Optional[int]] = [None] * len(units)
-    groups = twin_groups(units)
+    groups = _twin_groups(units, by_channel)
     for group in groups:  # one word heard on several channels: one copy kept
         if len(group) < 2:
             continue
@@ -340,8 +340,7 @@ def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray
                                   _time(piece.end, _time(seg.end, seg.start))))
     decided, times = judge(units, levels)
     owner, index = iter(decided), iter(range(len(units)))
-    # (time, channel, order, (source channel, segment, to), segment, word or None) per kept piece
-    streams: list[list[tuple]] = []
+    streams: list[list[_Piece]] = []
     for c, segments in enumerate(per_channel):
         stream, clock = [], float("-inf")
         for i, seg in enumerate(segments):
@@ -349,36 +348,54 @@ def joined_segments(per_channel: Sequence[Sequence[Segment]], levels: np.ndarray
                 to, k = next(owner), next(index)
                 if w is not None and k in times:  # the time of its most exactly timed copy
                     w = replace(w, start=times[k].start, end=times[k].end)
-                piece_start = _time(seg.start if w is None else w.start, seg.start)
-                clock = max(clock, piece_start)
+                clock = max(clock, _time(seg.start if w is None else w.start, seg.start))
                 if to is not None:
-                    stream.append((clock, c, len(stream), (c, i, to), seg, w))
+                    stream.append(_Piece(clock, c, len(stream), i, to, seg, w))
         streams.append(stream)
     out: list[Segment] = []
-    run: list[tuple] = []
+    run: list[_Piece] = []
 
     def close() -> None:
         if not run:
             return
-        c, _, to = run[0][3]
-        seg = run[0][4]
-        if run[0][5] is None:  # a segment without words, whole
+        first = run[0]
+        c, to, seg = first.channel, first.to, first.segment
+        if first.word is None:  # a segment without words, whole
             out.append(replace(seg, channel=to, speaker=seg.speaker if to == c
                                else label_at(per_channel[to], to, _time(seg.start, 0.0))))
         else:
-            words = [item[5] for item in run]
+            words = [piece.word for piece in run]
             speaker = seg.speaker if to == c else label_at(per_channel[to], to, _time(words[0].start, 0.0))
             kept = [replace(w, channel=to, speaker=speaker if to != c else w.speaker) for w in words]
             out.append(replace(seg, text="".join(w.text for w in kept), start=kept[0].start,
                                end=max(w.end for w in kept), words=kept, channel=to, speaker=speaker))
         run.clear()
 
-    for item in heapq.merge(*streams, key=lambda item: item[:3]):
-        if not run or run[-1][3] != item[3] or item[5] is None or run[-1][5] is None:
+    for piece in heapq.merge(*streams, key=lambda piece: piece[:3]):
+        if not run or not piece.continues(run[-1]):
             close()
-        run.append(item)
+        run.append(piece)
     close()
     return out
+
+
+class _Piece(NamedTuple):
+    """A kept word (or a segment without words) of :func:`joined_segments`, in merge order
+    (``clock``: its channel's running maximum of start times, then ``channel`` and ``order``)."""
+
+    clock: float
+    channel: int  # the channel whose transcript has it
+    order: int
+    segment_index: int  # of its segment in that channel's transcript
+    to: int  # the channel it belongs to
+    segment: Segment
+    word: Optional[Word]
+
+    def continues(self, before: "_Piece") -> bool:
+        """Whether it goes on ``before``'s segment: words both, of the same segment, to the same
+        channel."""
+        return (self.word is not None and before.word is not None and self.channel == before.channel
+                and self.segment_index == before.segment_index and self.to == before.to)
 
 
 def _time(value: Optional[float], default: Optional[float]) -> float:
@@ -420,4 +437,4 @@ def only_bleed_warning(channel: int) -> str:
 __all__ = ["ABOVE_FLOOR_DB", "BLEED_DB", "SILENT_DB", "Unit", "channel_label", "channel_order",
            "channel_speaker_label", "heard", "noise_floors", "dominance", "frame_db", "frame_energy",
            "joined_segments", "judge", "only_bleed_warning", "label_at", "owners",
-           "silent_channel_warning", "silent_channels", "twin_groups"]
+           "silent_channel_warning", "silent_channels"]
