@@ -1,4 +1,4 @@
-"""End-to-end CPU benchmark of the endpoint handler, side by side with faster-whisper (issue 4).
+"""End-to-end CPU benchmark of the endpoint handler, side by side with faster-whisper.
 
 Every configuration (input x model x mode) runs in a fresh subprocess, so its peak RSS is its own.
 Run from the repository root:
@@ -46,8 +46,8 @@ VARIANTS = {
     # QUANTIZATION=int8 in its dynamic form (int8 activations, float32 model), which the handler
     # picks by itself where bfloat16 is not native; TORCH_DTYPE=float32 forces it anywhere
     "asr-only-int8-dynamic": (None, {"BENCH_ASR_ONLY": "1", "QUANTIZATION": "int8", "TORCH_DTYPE": "float32"}),
-    # word times from transformers' attention output at every step, as before issue 15 (the
-    # alignment_heads_only patch skipped, every other one applied)
+    # word times from transformers' attention output at every step (the alignment_heads_only
+    # patch skipped, every other one applied)
     "asr-only-stock-word-times": (None, {"BENCH_ASR_ONLY": "1", "BENCH_STOCK_WORD_TIMES": "1"}),
     # the handler without its warm-up at load (WARMUP=false): load_s in the JSON without it, and
     # with --no-warmup the cold first request it would otherwise have paid for

@@ -1,4 +1,4 @@
-"""GPU benchmark with random-weight Whisper large-v3 / distil-large-v3 and pyannote (issues 4 and 30).
+"""GPU benchmark with random-weight Whisper large-v3 / distil-large-v3 and pyannote.
 
 No hub, no checkpoints: the architectures are built from their shapes with random weights, and
 every measurement fixes the number of generated tokens (random weights would otherwise stop at

@@ -1,4 +1,4 @@
-"""Long audio, stage by stage: wall time and peak memory of each of the endpoint's steps (issue 28).
+"""Long audio, stage by stage: wall time and peak memory of each of the endpoint's steps.
 
     .venv/bin/python bench/long_audio.py                                  # 2 minutes, every stage
     .venv/bin/python bench/long_audio.py --minutes 10,60 --json /tmp/long.json

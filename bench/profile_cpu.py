@@ -1,4 +1,4 @@
-"""Where the CPU time goes, and candidate fixes measured side by side (issue 4, part 2).
+"""Where the CPU time goes, and candidate fixes measured side by side.
 
 In one process per model (models loaded once), on the 30 s two-speaker sample:
 

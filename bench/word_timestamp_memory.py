@@ -1,4 +1,4 @@
-"""Peak memory of word timestamps on a large-v3-shaped Whisper (issue 15), on demand.
+"""Peak memory of word timestamps on a large-v3-shaped Whisper, on demand.
 
 Runs the handler's ASR (``WhisperTranscriber.transcribe``, chunked windows in one batch) with a
 random, thin large-v3-shaped model -- 128 mel bins, 32 decoder layers x 20 heads, large-v3's 10

@@ -156,9 +156,9 @@ def ours(rules: Optional[frozenset] = None) -> Callable:
 
 def load_before(rev: str, regular: bool = False) -> Callable:
     """The runner of the endpoint's attribution at git revision ``rev`` (its attribution module
-    loaded from git into a module of its own). Before issue 22: tidied word times, then
-    ``attribute_words`` on the exclusive turns, as the endpoint did then (on the regular turns
-    with ``regular``); since: ``attribute_words`` with both kinds of turns, as ``ours``."""
+    loaded from git into a module of its own). Where its ``attribute_words`` takes one kind of
+    turns: tidied word times, then ``attribute_words`` on the exclusive turns (on the regular
+    turns with ``regular``); where it takes both: ``attribute_words`` with both, as ``ours``."""
     source = subprocess.run(["git", "show", f"{rev}:speaker_asr/attribution/speakers.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
     path = Path(tempfile.mkdtemp(prefix="attribution-before-")) / "speakers_before.py"
@@ -166,11 +166,10 @@ def load_before(rev: str, regular: bool = False) -> Callable:
     spec = importlib.util.spec_from_file_location("speakers_before", path)
     module = importlib.util.module_from_spec(spec)
     # registered before it runs, as an import would: dataclasses look their module up there
-    # (since issue 29 the attribution module defines one)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
 
-    both = "exclusive" in inspect.signature(module.attribute_words).parameters  # issue 22 and later
+    both = "exclusive" in inspect.signature(module.attribute_words).parameters
 
     def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
         if both:  # the attribution takes both kinds of turns: as ``ours`` runs it

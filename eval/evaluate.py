@@ -149,9 +149,9 @@ class Asr:
 
 
 class Diarizer:
-    def __init__(self, models_dir: Path, coarse_long: bool = False):
+    def __init__(self, models_dir: Path, embeddings: str = "recipe"):
         self.path = models_dir / "pyannote-campp-3.1"
-        self.coarse_long = coarse_long  # DIARIZATION_COARSE_LONG_RECORDINGS
+        self.embeddings = embeddings  # DIARIZATION_EMBEDDINGS
         self._pipe = None
         self.seconds = 0.0
 
@@ -163,7 +163,7 @@ class Diarizer:
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
             from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
-            self._pipe = load_diarization_pipeline(str(self.path), None, coarse_long=self.coarse_long)
+            self._pipe = load_diarization_pipeline(str(self.path), None, embeddings=self.embeddings)
         from speaker_asr.diarization.pipeline import diarize
 
         t = time.perf_counter()
@@ -634,9 +634,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="recompute ASR and diarization")
     ap.add_argument("--rebuild-data", action="store_true", help="regenerate the dialogues")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--diarization", default="recipe", choices=("recipe", "coarse"),
-                    help="recipe: the endpoint's default (the 3.1 recipe's computation at every "
-                         "length); coarse: DIARIZATION_COARSE_LONG_RECORDINGS=true (past 5 minutes)")
+    ap.add_argument("--diarization", default="recipe", choices=("recipe", "approximate"),
+                    help="DIARIZATION_EMBEDDINGS: recipe (the endpoint's default: every window's "
+                         "speakers embedded) or approximate (every fifth window's, the others pooled)")
     ap.add_argument("--long-form", default="chunked", choices=("chunked", "sequential"),
                     help="the endpoint's long_form parameter for the ASR (default chunked, its default)")
     ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
@@ -732,11 +732,11 @@ def main(argv=None) -> int:
     diar_out: dict[str, dict] = {}
     der_rows = []
     if {"pipeline", "oracle4"} & set(modes):
-        diarizer = Diarizer(models_dir, coarse_long=args.diarization == "coarse")
+        diarizer = Diarizer(models_dir, embeddings=args.diarization)
         # what can change the turns: the loading, the patches, the clustering and the setting
         diar_sha = _sha(*(_source_sha(f"speaker_asr/{name}") for name in (
-            "diarization/pipeline.py", "patches/diarization.py", "patches/registry.py",
-            "diarization/clustering.py")), args.diarization)
+            "diarization/pipeline.py", "diarization/window_plan.py", "patches/diarization.py",
+            "patches/diarization_onnx.py", "patches/registry.py", "diarization/clustering.py")), args.diarization)
         for f in files:
             count = f.num_speakers if known_count else None
             key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], count, diar_sha)

@@ -1,4 +1,4 @@
-"""Many varied generated dialogues, split once into a tuning part and a held-out part (issue 16).
+"""Many varied generated dialogues, split once into a tuning part and a held-out part.
 
 Each dialogue is a random script drawn from a seed: 2-5 speakers (espeak-ng voices of several
 accents and engines, and the LibriVox reader at several pitches), turns from a sentence pool

@@ -1,4 +1,4 @@
-"""Long recordings where speakers come back after long gaps (issue 28): ``--part long``.
+"""Long recordings where speakers come back after long gaps: ``--part long``.
 
 Does a speaker keep one label across an hour? Real speech with known speakers is scarce here (ten
 30 s AMI clips, pyannote's 30 s sample, five short LibriVox clips: about 6 minutes of distinct
@@ -100,7 +100,7 @@ LONG_RECORDINGS = [
          returns=[(0.0, "EN2006a"), (1.0, "EN2005a"), (2.0, "reader-1"), (30.0, "EN2009b"),
                   (38.0, "reader-2"), (44.4, "EN2006b")],
          filler=["EN2003a", "EN2004a", "EN2001a", "sample"]),
-    # several minutes of real meetings joined (issue 38): three groups of people return after
+    # several minutes of real meetings joined: three groups of people return after
     # 6-7 minutes, while the fillers' people come back every minute or two
     dict(id="joined8", seed=3801, minutes=8.0,
          description="EN2001a, EN2006a and EN2005a in the first minute; EN2001e, EN2009b (FEE083 "

@@ -68,7 +68,7 @@ class Diarizer(Protocol):
 
     #: each change to the library's internals made at load (patches/registry.py), for /health
     patch_report: list
-    #: what the diarization computes (the recipe's way or the opt-in coarse one), for /health
+    #: what the diarization computes (embeddings shared between windows, or the recipe's), for /health
     settings_in_force: Optional[dict]
     #: whether it has a voice model (known speakers, speaker embeddings)
     has_voices: bool
@@ -103,8 +103,7 @@ class PyannoteDiarizer:
         pipeline = load_diarization_pipeline(
             settings.diarization_model, settings.token(), device,
             telemetry=settings.diarization_telemetry, speedups=settings.diarization_speedups,
-            long_after_s=settings.diarization_long_after_s,
-            coarse_long=settings.diarization_coarse_long_recordings)
+            embeddings=settings.diarization_embeddings)
         try:
             voices = SpeakerVoices(pipeline)
         except RuntimeError as exc:  # a custom pipeline without an embedding model

@@ -148,8 +148,8 @@ OTHERS_SHARE = 0.1
 
 # the parts of attribute_words that can be left out (the evaluation's ablations): the step "tidy"
 # (before the decision) and the decision's optional evidence, left out by setting its weight to 0.
-# Issue 29 dropped the "orphans" pass (a turn that got no word took back a short sentence timed
-# after it): on the real meetings it cost 1-4 words in every mode and fixed none.
+# There is no "orphans" pass (a turn that got no word taking back a short sentence timed after
+# it): on the real meetings it cost 1-4 words in every mode and fixed none.
 RULES = ("tidy", "dominant", "newest", "continuity", "sentence")
 
 

@@ -24,6 +24,8 @@ from speaker_asr.compat import pyannote_major
 logger = logging.getLogger(__name__)
 
 # repositories whose conditions must be accepted on the hub for each known pipeline
+# how the speaker embeddings are computed (DIARIZATION_EMBEDDINGS)
+EMBEDDINGS = ("recipe", "approximate")
 GATED_REPOS = {
     "pyannote/speaker-diarization-3.1": ["pyannote/speaker-diarization-3.1", "pyannote/segmentation-3.0"],
     "pyannote/speaker-diarization-3.0": ["pyannote/speaker-diarization-3.0", "pyannote/segmentation-3.0"],
@@ -125,16 +127,14 @@ def _gated_message(model: str, reason: str = "") -> str:
 
 
 def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
-                              speedups: bool = True, long_after_s: Optional[float] = None,
-                              coarse_long: bool = False):
+                              speedups: bool = True, embeddings: str = "recipe"):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
     file; on ``device``, with the speed fixes of :mod:`speaker_asr.patches.diarization` (through
     the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false.
     A local folder's own Python modules (the yaml file's folder's) are importable while and after
-    it loads (:func:`use_folder_modules`). ``coarse_long`` (opt-in, CPU only): recordings longer
-    than ``long_after_s`` (default 300 s) get a coarser segmentation step and fewer embedded
-    windows, faster and less accurate; without it every length is diarized as the recipe says.
-    What is in force is ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
+    it loads (:func:`use_folder_modules`). ``embeddings``: "recipe" (every window's speakers
+    embedded) or "approximate" (on CPU, past 5 minutes, the speakers of every fifth window
+    embedded, the others pooled from their neighbours: speaker_asr/diarization/window_plan.py). What is in force is ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
     Fails with a message naming what to accept and set -- never the token."""
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
@@ -165,33 +165,35 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     from speaker_asr.patches import registry
 
     # the speed fixes (patches/registry.py), decided once here; the report stays with the pipeline
-    context = {"device": device, "coarse_long": bool(coarse_long)}
-    if long_after_s is not None:
-        context["long_after_s"] = float(long_after_s)
+    if embeddings not in EMBEDDINGS:
+        raise ValueError(f"embeddings={embeddings!r}: expected one of {', '.join(EMBEDDINGS)}")
+    context = {"device": device, "embeddings": embeddings}
     pipeline.patch_report = registry.install("diarization", pipeline, speedups, **context)
     logger.info("diarization patches: %s", registry.describe(pipeline.patch_report))
-    pipeline.diarization_settings = settings_in_force(pipeline.patch_report, long_after_s)
+    pipeline.diarization_settings = settings_in_force(pipeline.patch_report)
     logger.info("diarization: %s", pipeline.diarization_settings["summary"])
     return pipeline
 
 
-def settings_in_force(report, long_after_s: Optional[float] = None) -> dict:
-    """What the loaded pipeline computes, from its patch report: ``long_recordings`` ("recipe":
-    the recipe's segmentation step and every window embedded at every length; "coarse": the
-    opt-in past ``coarse_after_s``) and a one-line ``summary`` (logged, in /health)."""
-    from speaker_asr.patches.diarization import LONG_RECORDING_S
+def settings_in_force(report) -> dict:
+    """What the loaded pipeline computes, from its patch report: ``embeddings`` ("approximate":
+    past ``shared_after_s`` every fifth window's speakers embedded, the others pooled from their
+    neighbours; "recipe": every window's, as pyannote's recipe) and a one-line ``summary``
+    (logged, in /health)."""
+    from speaker_asr.patches.diarization import EMBEDDING_STRIDE, SHARED_AFTER_S
 
-    applied = {r.name for r in report if r.applied}
-    coarse = {"coarser_segmentation_step", "embed_fewer_windows"} & applied
-    after = LONG_RECORDING_S if long_after_s is None else float(long_after_s)
-    if coarse:
-        summary = (f"coarse over {after:g} s ({', '.join(sorted(coarse))}: faster, less accurate; "
-                   "DIARIZATION_COARSE_LONG_RECORDINGS=true), the recipe's below")
+    shared = next((r for r in report if r.name == "share_window_embeddings"), None)
+    if shared is not None and shared.applied:
+        summary = (f"approximate past {SHARED_AFTER_S:g} s (DIARIZATION_EMBEDDINGS=approximate): every "
+                   f"{EMBEDDING_STRIDE}th window's speakers embedded, the others pooled from the two "
+                   "around them; faster, and a few tenths of a DER point off the recipe's; every "
+                   "window's below")
     else:
-        summary = "the recipe's segmentation step and every window embedded, at every length"
-    return {"long_recordings": "coarse" if coarse else "recipe",
-            "coarse_after_s": after if coarse else None,
-            "summary": summary}
+        why = f" ({shared.reason})" if shared is not None and shared.reason else ""
+        summary = f"every window's speakers embedded, as pyannote's recipe does{why}"
+    applied = shared is not None and shared.applied
+    return {"embeddings": "approximate" if applied else "recipe",
+            "shared_after_s": SHARED_AFTER_S if applied else None, "summary": summary}
 
 
 def _annotation_turns(annotation) -> list[Turn]:

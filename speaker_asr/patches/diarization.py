@@ -23,18 +23,14 @@
   and is pooled with each active speaker's mask (exact: probed at load against one slot at a time;
   on the 60 s benchmark input 74 pair runs became 51 window runs). Models that cut frames by their
   mask (the kit's CAM++) keep pyannote's way.
-* ``onnx_embedding_trunk``: on CPU that network (fbank to frames) runs in ONNX Runtime, exported in
-  memory at load: 1.8x torch's speed here at 2 threads (0.21 vs 0.38 s a 10 s window), the same
-  embeddings to float rounding (probed at load). Batching windows gained nothing on CPU (0.20-0.21 s
-  a window at 1, 2, 4 and 8), and neither did a thread count other than torch's.
-* ``coarser_segmentation_step`` and ``embed_fewer_windows``: an opt-in
-  (``DIARIZATION_COARSE_LONG_RECORDINGS``, CPU only, never under CUDA) that trades accuracy for
-  speed on recordings longer than ``LONG_RECORDING_S`` (5 minutes): the segmentation slides by 2 s
-  instead of the 3.1 recipe's 1 s, and the speakers of every third window are embedded, a speaker
-  of a window in between taking the embedding of the same speaker in the nearest embedded window
-  (speaker_asr/diarization/window_plan.py). pyannote embeds each second of speech about ten
-  times at its 1-s step; this about twice. Together they cut the diarization of a long recording
-  to about a third, and cost DER (docs/measurements.md): off by default.
+* ``onnx_embedding_trunk`` and ``onnx_segmentation`` (CPU): those networks in ONNX Runtime
+  (speaker_asr/patches/diarization_onnx.py).
+* ``share_window_embeddings`` (CPU; ``DIARIZATION_EMBEDDINGS=recipe`` turns it off): the speakers of
+  every fifth window are embedded and the others pooled from the two embedded windows around
+  them, matched by their activity over the shared audio (speaker_asr/diarization/window_plan.py);
+  a speaker neither heard is embedded from its own window. pyannote embeds each second of speech
+  about ten times at its 1-s step; this about twice. It changes the embeddings, not the
+  segmentation or the clustering; its price in DER is in docs/measurements.md.
 * ``linear_clustering``: above ``EXACT_LIMIT`` embeddings (about 45 minutes of meeting) the
   clustering step's centroid linkage runs blockwise (speaker_asr/diarization/clustering.py):
   linear time and memory instead of n^2/2 distances, for the 3.1 recipe's agglomerative
@@ -210,20 +206,16 @@ def embed_trunk_once(pipeline) -> Optional[str]:
 
     import torch
 
+    from speaker_asr.diarization.window_plan import embedding_masks
+
     def get_embeddings(self, file, binary_segmentations, exclude_overlap=False, hook=None):
         if self.training:
             return stock(file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
         data = np.nan_to_num(binary_segmentations.data, nan=0.0).astype(np.float32)
         window = binary_segmentations.sliding_window
         num_chunks, num_frames, num_speakers = data.shape
-        masks = data
-        if exclude_overlap:  # as pyannote: overlapped frames out, unless too little is left
-            min_num_samples = self._embedding.min_num_samples
-            num_samples = window.duration * self._embedding.sample_rate
-            min_num_frames = math.ceil(num_frames * min_num_samples / num_samples)
-            clean = data * (data.sum(axis=2, keepdims=True) < 2)
-            enough = clean.sum(axis=1, keepdims=True) > min_num_frames
-            masks = np.where(enough, clean, data)
+        min_num_frames = _min_num_frames(self._embedding, window, num_frames)
+        masks = embedding_masks(data, exclude_overlap, min_num_frames)
         masks = np.ascontiguousarray(masks.transpose(0, 2, 1))  # (chunks, speakers, frames)
         silent_nan = getattr(self._embedding, "_skips_silent", False)
         active = masks.any(axis=2)
@@ -249,129 +241,6 @@ def embed_trunk_once(pipeline) -> Optional[str]:
 
     pipeline.get_embeddings = get_embeddings.__get__(pipeline)
     pipeline._trunk_model = model
-    return None
-
-
-def onnx_embedding_trunk(pipeline, device=None) -> Optional[str]:
-    """On CPU, run the WeSpeaker ResNet trunk that :func:`embed_trunk_once` runs once per window
-    (fbank -> frames: all but the pooling and the last layer) with ONNX Runtime instead of
-    torch: 1.8x faster here at 2 threads (10 s window: 0.21 vs 0.38 s) with the same frames to
-    float rounding (probed at load: at most 1e-5 of their scale apart). The model is exported in
-    memory at load (about 2 s) with as many threads as torch has. Returns None when it applied,
-    else why not."""
-    if off_cpu(device):
-        return off_cpu(device)
-    model = getattr(pipeline, "_trunk_model", None)
-    if model is None:
-        return "embed_trunk_once did not apply"
-    missing = _onnx_missing()
-    if missing:
-        return missing
-    import torch
-
-    class Trunk(torch.nn.Module):
-        def __init__(self, resnet):
-            super().__init__()
-            self.resnet = resnet
-
-        def forward(self, fbank):
-            return self.resnet.forward_frames(fbank)
-
-    rate = int(getattr(pipeline._embedding, "sample_rate", SAMPLE_RATE) or SAMPLE_RATE)
-    waveform = 0.1 * torch.randn(1, 1, 10 * rate, generator=torch.Generator().manual_seed(1))
-    masks = torch.zeros(1, 2, 589)
-    masks[0, 0, :350] = 1.0
-    masks[0, 1, 200:] = 1.0
-    try:
-        with torch.inference_mode():
-            fbank = model.compute_fbank(waveform)
-        trunk = _onnx_session(Trunk(model.resnet).eval(), fbank.clone(), ("fbank", "frames"),
-                              {0: "batch", 1: "frames"})
-        want = _pooled(model, waveform, masks)
-        got = _pooled(model, waveform, masks, trunk)
-    except Exception as exc:
-        return f"its ONNX export or run failed ({type(exc).__name__}: {str(exc)[:200]})"
-    if not _equal_to_rounding(got, want):
-        return "ONNX Runtime's embeddings differ from torch's"
-
-    pipeline._embedding_trunk = trunk
-    return None
-
-
-def _onnx_session(module, example, names, dynamic):
-    """``module`` exported in memory to ONNX and loaded in ONNX Runtime with as many threads as
-    torch has; a ``run(tensor) -> tensor`` for it."""
-    import inspect
-    import io
-    import warnings
-
-    import onnxruntime
-    import torch
-
-    buffer = io.BytesIO()
-    options = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (example,), buffer, input_names=[names[0]], output_names=[names[1]],
-                          dynamic_axes={names[0]: dynamic}, **options)
-    session_options = onnxruntime.SessionOptions()
-    session_options.intra_op_num_threads = max(1, torch.get_num_threads())
-    session_options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(buffer.getvalue(), session_options,
-                                           providers=["CPUExecutionProvider"])
-
-    def run(x):
-        out = session.run(None, {names[0]: np.ascontiguousarray(x.detach().cpu().numpy())})[0]
-        return torch.from_numpy(out)
-
-    return run
-
-
-def _onnx_missing() -> Optional[str]:
-    try:
-        import onnx  # noqa: F401  (torch's exporter needs it)
-        import onnxruntime  # noqa: F401
-    except ImportError as exc:
-        return f"{exc.name} is not installed"
-    return None
-
-
-def onnx_segmentation(pipeline, device=None) -> Optional[str]:
-    """On CPU, run the segmentation model (segmentation-3.0's PyanNet: SincNet, LSTM, linear
-    layers) in ONNX Runtime, exported in memory at load: 2-3x torch's speed here for a batch of
-    32 windows, the same outputs to float rounding (probed at load on a batch of random windows,
-    and their argmax, which decides the powerset speakers, identical). Returns None when it
-    applied, else why not."""
-    if off_cpu(device):
-        return off_cpu(device)
-    inference = getattr(pipeline, "_segmentation", None)
-    model = getattr(inference, "model", None)
-    if model is None or type(pipeline).__name__ != "SpeakerDiarization":
-        return "the pipeline is not pyannote's SpeakerDiarization"
-    missing = _onnx_missing()
-    if missing:
-        return missing
-    import torch
-
-    try:
-        rate = int(model.hparams.sample_rate)
-        samples = int(round(float(inference.duration) * rate))
-        example = 0.1 * torch.randn(4, 1, samples, generator=torch.Generator().manual_seed(2))
-        with torch.inference_mode():
-            want = model(example).numpy()
-        run = _onnx_session(model, example[:1], ("waveforms", "scores"), {0: "batch", 2: "samples"})
-        got = run(example).numpy()
-    except Exception as exc:
-        return f"its ONNX export or run failed ({type(exc).__name__}: {str(exc)[:200]})"
-    if not _equal_to_rounding(got, want) or not np.array_equal(got.argmax(axis=-1), want.argmax(axis=-1)):
-        return "ONNX Runtime's segmentation differs from torch's"
-
-    def forward(waveforms, *args, **kwargs):
-        if args or kwargs or waveforms.device.type != "cpu":
-            return type(model).forward(model, waveforms, *args, **kwargs)
-        return run(waveforms)
-
-    model.forward = forward
     return None
 
 
@@ -488,51 +357,21 @@ def absorb_stray_clusters(pipeline) -> Optional[str]:
     return None
 
 
-# recordings longer than this are "long": their segmentation slides SEGMENTATION_STEP_FACTOR
-# times the recipe's step, and every EMBEDDING_STRIDE-th window's speakers are embedded, the
-# others taking a neighbour's (speaker_asr/diarization/window_plan.py). Shorter ones run as the
-# recipe says: the speakers of every recording up to 5 minutes are those pyannote finds.
-LONG_RECORDING_S = 300.0
-SEGMENTATION_STEP_FACTOR = 2
-EMBEDDING_STRIDE = 3
+# CPU, recordings longer than SHARED_AFTER_S: the speakers of every EMBEDDING_STRIDE-th
+# segmentation window are embedded, the others pooled from the two around them
+# (speaker_asr/diarization/window_plan.py). Shorter ones are embedded as the recipe does: a few
+# minutes take little time either way, and with few windows each embedding weighs more in the
+# clustering's decisions (on the 30-s meeting clips sharing moved two of ten speaker counts).
+EMBEDDING_STRIDE = 5
+SHARED_AFTER_S = 300.0
 
 
-def _duration_s(pipeline, file) -> float:
-    try:
-        return float(pipeline._audio.get_duration(file))
-    except Exception:  # no duration to be had: treat the recording as short (the recipe's way)
-        return 0.0
+def _min_num_frames(embedding, window, num_frames: int) -> int:
+    """pyannote's fewest clean frames for which an embedding leaves out the overlapped speech."""
+    import math
 
-
-def coarser_segmentation_step(pipeline, long_after_s: Optional[float] = None) -> Optional[str]:
-    """Make ``pipeline`` slide its segmentation by SEGMENTATION_STEP_FACTOR times the recipe's
-    step on recordings longer than ``long_after_s`` (default LONG_RECORDING_S; a second
-    segmentation inference sharing the model, made once here). Returns None when it applied,
-    else why not."""
-    long_after_s = LONG_RECORDING_S if long_after_s is None else long_after_s
-    if SEGMENTATION_STEP_FACTOR <= 1:
-        return "SEGMENTATION_STEP_FACTOR is 1"
-    stock = getattr(type(pipeline), "get_segmentations", None)
-    inference = getattr(pipeline, "_segmentation", None)
-    if stock is None or inference is None or not hasattr(inference, "step") \
-            or type(pipeline).__name__ != "SpeakerDiarization":
-        return "the pipeline is not pyannote's SpeakerDiarization"
-    import copy
-
-    coarse = copy.copy(inference)  # the same model; only the step differs
-    coarse.step = inference.step * SEGMENTATION_STEP_FACTOR
-
-    def get_segmentations(self, file, hook=None):
-        if self.training or _duration_s(self, file) <= long_after_s:
-            return stock(self, file, hook=hook)
-        if hook is not None:
-            import functools
-
-            hook = functools.partial(hook, "segmentation", None)
-        return coarse(file, hook=hook)
-
-    pipeline.get_segmentations = get_segmentations.__get__(pipeline)
-    return None
+    num_samples = window.duration * embedding.sample_rate
+    return math.ceil(num_frames * embedding.min_num_samples / num_samples)
 
 
 def _windows(window, indices):
@@ -547,42 +386,52 @@ def _windows(window, indices):
     return Chosen(start=window.start, duration=window.duration, step=window.step)
 
 
-def embed_fewer_windows(pipeline, long_after_s: Optional[float] = None) -> Optional[str]:
-    """Make ``pipeline`` embed the speakers of every EMBEDDING_STRIDE-th window only on recordings
-    longer than ``long_after_s`` (default LONG_RECORDING_S), the others taking the embedding of
-    the same speaker in the nearest embedded window. Returns None when it applied, else why not."""
-    long_after_s = LONG_RECORDING_S if long_after_s is None else long_after_s
+def share_window_embeddings(pipeline, device=None) -> Optional[str]:
+    """On CPU, make ``pipeline`` embed the speakers of every EMBEDDING_STRIDE-th window (and
+    those no neighbour heard) of recordings longer than SHARED_AFTER_S, and pool the others from
+    the two embedded windows around them (speaker_asr/diarization/window_plan.py). Returns None
+    when it applied, else why not."""
+    if off_cpu(device):
+        return off_cpu(device) + " (the GPU embeds every window, as the recipe does)"
     if EMBEDDING_STRIDE <= 1:
         return "EMBEDDING_STRIDE is 1"
     stock = getattr(pipeline, "get_embeddings", None)  # pyannote's, or embed_trunk_once's
     if stock is None or type(pipeline).__name__ != "SpeakerDiarization":
         return "the pipeline is not pyannote's SpeakerDiarization"
     if not getattr(pipeline._embedding, "_skips_silent", False):
-        # the copies leave a silent speaker's embedding NaN, as skip_silent_embeddings does
+        # the pairs left out of a window are skipped as silent ones (NaN, not computed)
         return "skip_silent_embeddings did not apply"
     from pyannote.core import SlidingWindowFeature
 
-    from speaker_asr.diarization.window_plan import plan_windows
+    from speaker_asr.diarization.window_plan import embedding_masks, plan_windows
 
     def get_embeddings(self, file, binary_segmentations, exclude_overlap=False, hook=None):
         data = binary_segmentations.data
         window = binary_segmentations.sliding_window
-        if self.training or len(data) <= EMBEDDING_STRIDE or _duration_s(self, file) <= long_after_s:
+        length = window.start + (len(data) - 1) * window.step + window.duration
+        if self.training or len(data) <= 2 or length <= SHARED_AFTER_S:
             return stock(file, binary_segmentations, exclude_overlap=exclude_overlap, hook=hook)
         plan = plan_windows(data, data.shape[1] * window.step / window.duration, EMBEDDING_STRIDE)
-        chosen = np.flatnonzero(plan.embed)
-        # one embedding call for the chosen windows: its batches are the step's progress
-        part = SlidingWindowFeature(data[chosen], _windows(window, chosen))
-        computed = stock(file, part, exclude_overlap=exclude_overlap, hook=hook)
-        embeddings = np.full((len(data),) + computed.shape[1:], np.nan, dtype=computed.dtype)
-        embeddings[chosen] = computed
-        plan.copy_into(embeddings)
-        # a copy whose source came out NaN (too little clean speech there): embed that window too
-        missing = np.flatnonzero(~plan.embed & (
-            (np.nan_to_num(data).sum(axis=1) > 0) & np.isnan(embeddings).any(axis=2)).any(axis=1))
-        if len(missing):
-            part = SlidingWindowFeature(data[missing], _windows(window, missing))
-            embeddings[missing] = stock(file, part, exclude_overlap=exclude_overlap)
+        # each pair's mask chosen over the whole window (as the recipe would: whether a frame
+        # overlaps depends on every speaker), then only the own pairs' kept
+        masks = embedding_masks(data, exclude_overlap,
+                                _min_num_frames(self._embedding, window, data.shape[1]))
+
+        def embed(own):
+            rows = np.flatnonzero(own.any(axis=1))
+            part = SlidingWindowFeature(masks[rows] * own[rows, None, :], _windows(window, rows))
+            out = np.full(data.shape[:1] + (data.shape[2], self._embedding.dimension), np.nan,
+                          dtype=np.float32)
+            if len(rows):  # one call: its batches are the step's progress
+                out[rows] = stock(file, part, exclude_overlap=False, hook=hook if own is plan.own else None)
+            return out
+
+        embeddings = embed(plan.own)
+        plan.pool_into(embeddings)
+        # a pooled pair whose sources all came out NaN: embed it from its own window
+        missing = (np.nan_to_num(data).sum(axis=1) > 0) & np.isnan(embeddings).any(axis=2) & ~plan.own
+        if missing.any():
+            embeddings[missing] = embed(missing)[missing]
         return embeddings
 
     pipeline.get_embeddings = get_embeddings.__get__(pipeline)

@@ -131,7 +131,7 @@ def _embed_trunk_once(pipeline, context: dict) -> Optional[str]:
 
 
 def _onnx_embedding_trunk(pipeline, context: dict) -> Optional[str]:
-    from speaker_asr.patches.diarization import onnx_embedding_trunk
+    from speaker_asr.patches.diarization_onnx import onnx_embedding_trunk
 
     return onnx_embedding_trunk(pipeline, context.get("device"))
 
@@ -143,33 +143,17 @@ def _absorb_stray_clusters(pipeline, context: dict) -> Optional[str]:
 
 
 def _onnx_segmentation(pipeline, context: dict) -> Optional[str]:
-    from speaker_asr.patches.diarization import onnx_segmentation
+    from speaker_asr.patches.diarization_onnx import onnx_segmentation
 
     return onnx_segmentation(pipeline, context.get("device"))
 
 
-def _coarse_allowed(context: dict) -> Optional[str]:
-    """Why the coarse long-recording settings are off here (None: the user opted in on CPU)."""
-    from speaker_asr.patches.diarization import off_cpu
+def _share_window_embeddings(pipeline, context: dict) -> Optional[str]:
+    from speaker_asr.patches.diarization import share_window_embeddings
 
-    device = context.get("device")
-    if off_cpu(device):
-        return off_cpu(device) + " (the coarse settings are for CPUs only)"
-    if not context.get("coarse_long"):
-        return "DIARIZATION_COARSE_LONG_RECORDINGS is off: the recipe's accuracy at every length"
-    return None
-
-
-def _coarser_segmentation_step(pipeline, context: dict) -> Optional[str]:
-    from speaker_asr.patches.diarization import coarser_segmentation_step
-
-    return _coarse_allowed(context) or coarser_segmentation_step(pipeline, context.get("long_after_s"))
-
-
-def _embed_fewer_windows(pipeline, context: dict) -> Optional[str]:
-    from speaker_asr.patches.diarization import embed_fewer_windows
-
-    return _coarse_allowed(context) or embed_fewer_windows(pipeline, context.get("long_after_s"))
+    if context.get("embeddings", "recipe") != "approximate":
+        return "DIARIZATION_EMBEDDINGS=recipe"
+    return share_window_embeddings(pipeline, context.get("device"))
 
 
 def _linear_clustering(pipeline, context: dict) -> Optional[str]:
@@ -227,13 +211,11 @@ PATCHES: tuple[Patch, ...] = (
           _onnx_segmentation,
           "on CPU the segmentation model runs in ONNX Runtime (exported at load; the same scores to "
           "float rounding and the same powerset argmax, probed at load)"),
-    Patch("coarser_segmentation_step", "diarization", True, "pyannote.audio 3.3 and 4.x",
-          _coarser_segmentation_step,
-          "opt-in (DIARIZATION_COARSE_LONG_RECORDINGS, CPU): on recordings over DIARIZATION_LONG_AFTER_S "
-          "(5 minutes) the segmentation window slides by twice the recipe's step"),
-    Patch("embed_fewer_windows", "diarization", True, "pyannote.audio 3.3 and 4.x", _embed_fewer_windows,
-          "opt-in, as above: speaker embeddings for every third window only; a speaker of "
-          "a window in between takes the embedding of the same speaker in the nearest embedded one"),
+    Patch("share_window_embeddings", "diarization", True, "pyannote.audio 3.3 and 4.x",
+          _share_window_embeddings,
+          "opt-in (DIARIZATION_EMBEDDINGS=approximate, CPU, past 5 minutes): the speakers of every fifth window are "
+          "embedded; a speaker of a window in between gets the mean of its matches in the two "
+          "embedded windows around it, or its own embedding where neither heard it"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
           "whose clusters are then linked by their weighted centroids: linear time and memory"),

@@ -8,9 +8,10 @@ import pytest
 from helpers import tone
 
 
-def _load(tiny_models, speedups: bool, *skip: str, coarse_long: bool = False, folder: str = "pyannote",
+def _load(tiny_models, speedups: bool, *skip: str, embeddings: str = "recipe", folder: str = "pyannote",
           **kwargs):
-    """The tiny pipeline with the speed fixes (less those named in ``skip``) or without."""
+    """The tiny pipeline with the speed fixes (less those named in ``skip``) or without; every
+    window embedded unless ``embeddings`` is "approximate"."""
     import contextlib
 
     from speaker_asr.diarization.pipeline import load_diarization_pipeline
@@ -20,7 +21,7 @@ def _load(tiny_models, speedups: bool, *skip: str, coarse_long: bool = False, fo
         for name in skip:
             stack.enter_context(registry.skipping(name, "skipped by the test"))
         return load_diarization_pipeline(str(tiny_models[folder]), None, kwargs.pop("device", "cpu"),
-                                         speedups=speedups, coarse_long=coarse_long, **kwargs)
+                                         speedups=speedups, embeddings=embeddings, **kwargs)
 
 
 def _two_voices() -> np.ndarray:
@@ -37,7 +38,8 @@ def _rows_run(stock_pipeline):
     from speaker_asr.patches import diarization
 
     rows = []
-    stock = type(stock_pipeline._embedding)
+    # the class that runs the network (skip_silent_embeddings' subclass only passes it the active rows)
+    stock = next(c for c in type(stock_pipeline._embedding).__mro__ if "_skips_silent" not in vars(c))
     call, pooled = stock.__call__, diarization._pooled
 
     def counting(self, waveforms, masks=None):
@@ -142,48 +144,69 @@ def _clustering_inputs(pipeline, audio):
     return seen["inputs"], sum(rows), result
 
 
-def test_long_recordings_slide_coarser_and_embed_fewer_windows(tiny_models, monkeypatch):
+@pytest.mark.parametrize("skip", [("embed_trunk_once", "onnx_embedding_trunk"), ()],
+                         ids=["per-pair-embedding", "trunk-once-per-window"])
+def test_shared_embeddings_embed_fewer_pairs_and_pool_the_rest(tiny_models, skip, monkeypatch):
+    """The embedded pairs get the recipe's own embeddings; every other active pair the mean of
+    its matches' in the embedded windows around it; silent pairs stay NaN."""
+    from speaker_asr.diarization.window_plan import plan_windows
     from speaker_asr.patches import diarization
 
-    monkeypatch.setattr(diarization, "LONG_RECORDING_S", 30.0)  # 48 s is "long" here
-    recipe = _load(tiny_models, True)
-    fast = _load(tiny_models, True, coarse_long=True)
-    audio = np.concatenate([_two_voices()] * 3)  # 48 s
-    (every, masks_every, window_every), rows_every, _ = _clustering_inputs(recipe, audio)
-    (embeddings, masks, window), rows, _ = _clustering_inputs(fast, audio)
-    assert window.step == 2 * window_every.step and len(masks) < 0.6 * len(masks_every)
-    # half the windows, half of them embedded (a quarter) unless a copy finds no match: the tiny
-    # random segmentation tracks its "speakers" erratically, so fewer copies are found here
-    assert rows < 0.6 * rows_every
+    monkeypatch.setattr(diarization, "SHARED_AFTER_S", 30.0)  # 48 s is "long" here
+
+    recipe = _load(tiny_models, True, *skip)
+    shared = _load(tiny_models, True, *skip, embeddings="approximate")
+    assert shared.diarization_settings["embeddings"] == "approximate"
+    audio = np.concatenate([_two_voices()] * 3)  # 48 s: 39 windows
+    (every, masks_every, window), rows_every, _ = _clustering_inputs(recipe, audio)
+    (embeddings, masks, _), rows, got = _clustering_inputs(shared, audio)
+    np.testing.assert_array_equal(masks, masks_every)  # the same segmentation
+    plan = plan_windows(masks, masks.shape[1] * window.step / window.duration, diarization.EMBEDDING_STRIDE)
     active = masks.sum(axis=1) > 0
     assert np.isfinite(embeddings[active]).all() and np.isnan(embeddings[~active]).all()
-    # the embedded windows (every other one) have the embeddings pyannote computes for them
-    step = diarization.EMBEDDING_STRIDE
-    np.testing.assert_allclose(embeddings[::step][active[::step]], every[::2 * step][active[::step]], atol=1e-5)
+    # the own pairs: the recipe's embeddings (their masks chosen over the whole window)
+    scale = np.nanmax(np.abs(every))
+    np.testing.assert_allclose(embeddings[plan.own], every[plan.own], atol=1e-5 * scale)
+    # a pooled pair points where its matches' (recipe) embeddings point on average
+    pooled = active & ~plan.own
+    assert pooled.any()  # few here: the tiny random segmentation tracks its "speakers" erratically
+    for c, s in zip(*np.nonzero(pooled)):
+        (e0, s0), (e1, s1) = plan.sources[c, s]
+        w0, w1 = plan.weights[c, s]
+        want = sum(w * every[e, t] / np.linalg.norm(every[e, t]) for w, e, t in ((w0, e0, s0), (w1, e1, s1)) if w)
+        cos = want @ embeddings[c, s] / np.linalg.norm(want) / np.linalg.norm(embeddings[c, s])
+        assert cos > 1 - 1e-5
+    # less work: pairs (pyannote's way) or windows (the trunk once per window)
+    # (the tiny random segmentation hears speech in few windows: each of them keeps an own pair)
+    if skip:
+        assert rows == plan.own.sum() < rows_every
+    else:
+        assert rows == len(plan.windows) <= rows_every
+    assert all(t.end > t.start for t in got.turns)
 
 
-def test_recordings_up_to_five_minutes_are_diarized_as_the_recipe_says(tiny_models):
-    recipe = _load(tiny_models, True)
-    fast = _load(tiny_models, True, coarse_long=True)
-    audio = np.concatenate([_two_voices()] * 3)
-    (every, masks_every, _), rows_every, want = _clustering_inputs(recipe, audio)
-    (embeddings, masks, _), rows, got = _clustering_inputs(fast, audio)
-    assert rows == rows_every
-    np.testing.assert_array_equal(masks, masks_every)
-    np.testing.assert_array_equal(embeddings, every)
-    assert got.turns == want.turns
+def _same_as_the_recipe(got, want):
+    np.testing.assert_array_equal(got[0][0], want[0][0])
+    assert got[1] == want[1] and got[2].turns == want[2].turns
 
 
-def test_the_long_recording_length_is_a_setting(tiny_models):
-    from speaker_asr.diarization.pipeline import load_diarization_pipeline
+def test_recordings_up_to_five_minutes_get_the_recipes_embeddings(tiny_models):
+    audio = np.concatenate([_two_voices()] * 2)
+    shared = _load(tiny_models, True, embeddings="approximate")
+    assert {r.name: r.applied for r in shared.patch_report}["share_window_embeddings"]
+    _same_as_the_recipe(_clustering_inputs(shared, audio), _clustering_inputs(_load(tiny_models, True), audio))
 
-    audio = np.concatenate([_two_voices()] * 2)  # 32 s
-    short = load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", long_after_s=20.0,
-                                      coarse_long=True)
-    recipe = _load(tiny_models, True, coarse_long=True)  # 300 s: 32 s is short
-    (_, masks, window), _, _ = _clustering_inputs(short, audio)
-    (_, masks_recipe, window_recipe), _, _ = _clustering_inputs(recipe, audio)
-    assert window.step == 2 * window_recipe.step and len(masks) < len(masks_recipe)
+
+def test_shared_embeddings_with_stride_one_give_the_recipes_turns(tiny_models, monkeypatch):
+    from speaker_asr.patches import diarization
+
+    audio = np.concatenate([_two_voices()] * 2)
+    want = _clustering_inputs(_load(tiny_models, True), audio)
+    monkeypatch.setattr(diarization, "SHARED_AFTER_S", 0.0)
+    monkeypatch.setattr(diarization, "EMBEDDING_STRIDE", 1)
+    shared = _load(tiny_models, True, embeddings="approximate")
+    assert "EMBEDDING_STRIDE is 1" in shared.diarization_settings["summary"]
+    _same_as_the_recipe(_clustering_inputs(shared, audio), want)
 
 
 def test_the_embedding_network_runs_once_per_window_with_pyannotes_embeddings(tiny_models):
@@ -212,23 +235,30 @@ def test_the_embedding_speedups_say_where_they_do_not_apply(tiny_models, tmp_pat
     report = {r.name: r for r in xvector.patch_report}
     assert not report["embed_trunk_once"].applied and "WeSpeaker" in report["embed_trunk_once"].reason
     assert report["onnx_embedding_trunk"].reason == "embed_trunk_once did not apply"
-    # on a GPU the trunk stays torch's, and the coarse settings are never on, opted in or not
-    from speaker_asr.patches import diarization, registry
+    # on a GPU the trunk stays torch's, and every window is embedded (the recipe's computation)
+    from speaker_asr.patches import diarization, diarization_onnx
 
     pipeline = _load(tiny_models, False)
     assert diarization.embed_trunk_once(pipeline) is None
-    assert "runs on cuda" in diarization.onnx_embedding_trunk(pipeline, "cuda")
-    assert "runs on cuda:0" in registry._coarse_allowed({"device": "cuda:0", "coarse_long": True})
-    assert registry._coarse_allowed({"device": "cpu", "coarse_long": True}) is None
-    assert "is off" in registry._coarse_allowed({"device": "cpu"})
+    assert "runs on cuda" in diarization_onnx.onnx_embedding_trunk(pipeline, "cuda")
+    assert "runs on cuda:0" in diarization.share_window_embeddings(pipeline, "cuda:0")
 
 
-def test_the_coarse_settings_are_an_opt_in_that_is_reported(tiny_models):
-    recipe, coarse = _load(tiny_models, True), _load(tiny_models, True, coarse_long=True, long_after_s=60)
-    assert recipe.diarization_settings["long_recordings"] == "recipe"
-    assert coarse.diarization_settings["long_recordings"] == "coarse"
-    assert coarse.diarization_settings["coarse_after_s"] == 60
-    assert "coarse over 60 s" in coarse.diarization_settings["summary"]
+def test_which_embeddings_are_computed_is_one_setting_and_reported(tiny_models):
+    from speaker_asr.diarization.pipeline import load_diarization_pipeline
+
+    shared, recipe = _load(tiny_models, True, embeddings="approximate"), _load(tiny_models, True)
+    assert shared.diarization_settings["embeddings"] == "approximate"
+    assert "every 5th window" in shared.diarization_settings["summary"]
+    assert "approximate past 300 s" in shared.diarization_settings["summary"]
+    assert shared.diarization_settings["shared_after_s"] == 300
+    assert recipe.diarization_settings == {
+        "embeddings": "recipe", "shared_after_s": None,
+        "summary": "every window's speakers embedded, as pyannote's recipe does (DIARIZATION_EMBEDDINGS=recipe)"}
+    unplaced = load_diarization_pipeline(str(tiny_models["pyannote"]), None, None, embeddings="approximate")
+    assert unplaced.diarization_settings["embeddings"] == "approximate"  # no device given: the CPU
+    with pytest.raises(ValueError, match="expected one of recipe, approximate"):
+        load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", embeddings="fast")
 
 
 def test_onnx_segmentation_gives_torchs_scores_and_turns(tiny_models):

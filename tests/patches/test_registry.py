@@ -64,11 +64,14 @@ def test_diarization_patches_are_reported_and_switch_off(tiny_models):
     report = {r.name: r for r in fast.patch_report}
     assert [(r.name, r.applied) for r in fast.patch_report] == [
         ("skip_silent_embeddings", True), ("cpu_embedding_batch", True), ("embed_trunk_once", True),
-        ("onnx_embedding_trunk", True), ("onnx_segmentation", True), ("coarser_segmentation_step", False), ("embed_fewer_windows", False),
+        ("onnx_embedding_trunk", True), ("onnx_segmentation", True), ("share_window_embeddings", False),
         ("linear_clustering", True), ("absorb_stray_clusters", True)]
-    # the approximations are an opt-in, and they say so
-    assert "DIARIZATION_COARSE_LONG_RECORDINGS is off" in report["coarser_segmentation_step"].reason
-    assert fast.diarization_settings["long_recordings"] == "recipe"
+    assert report["share_window_embeddings"].changes_output
+    # the approximation is an opt-in, and says so
+    assert fast.diarization_settings["embeddings"] == "recipe"
+    assert report["share_window_embeddings"].reason == "DIARIZATION_EMBEDDINGS=recipe"
+    approximate = load_diarization_pipeline(str(tiny_models["pyannote"]), None, embeddings="approximate")
+    assert {r.name: r.applied for r in approximate.patch_report}["share_window_embeddings"]
     stock = load_diarization_pipeline(str(tiny_models["pyannote"]), None, speedups=False)
     assert all(not r.applied and r.reason == "DIARIZATION_SPEEDUPS=false" for r in stock.patch_report)
     assert stock.embedding_batch_size == 32
@@ -95,15 +98,15 @@ def test_patch_order_and_declarations_are_fixed():
     assert whisper.index("fast_dtw") < whisper.index("alignment_heads_only") \
         < whisper.index("decoder_attention_at_load")
     assert [p.name for p in PATCHES if p.changes_output] == ["chunk_windows", "alignment_heads_only",
-                                                             "coarser_segmentation_step", "embed_fewer_windows",
-                                                             "linear_clustering", "absorb_stray_clusters"]
+                                                             "share_window_embeddings", "linear_clustering",
+                                                             "absorb_stray_clusters"]
     diarization = [n for t, n in names if t == "diarization"]
-    # the copies leave silent slots NaN, as skip_silent_embeddings does: it is decided first
-    assert diarization.index("skip_silent_embeddings") < diarization.index("embed_fewer_windows")
-    # the trunk is run once per window before ONNX Runtime takes it over, and the copies of
-    # embed_fewer_windows come from that step
+    # the pairs a window leaves to its neighbours are skipped as silent ones: that is decided first
+    assert diarization.index("skip_silent_embeddings") < diarization.index("share_window_embeddings")
+    # the trunk is run once per window before ONNX Runtime takes it over, and the embedded pairs
+    # of share_window_embeddings come from that step
     assert diarization.index("embed_trunk_once") < diarization.index("onnx_embedding_trunk") \
-        < diarization.index("embed_fewer_windows")
+        < diarization.index("share_window_embeddings")
     assert all(p.versions and p.summary for p in PATCHES)
 
 

@@ -96,9 +96,9 @@ def test_health_is_503_while_loading_then_ok(servers):
 
     assert set(patches) == {(p.target, p.name) for p in PATCHES}
     assert all(p["applied"] or p["reason"] for p in patches.values())
-    # what the diarization computes: the recipe's way at every length unless the user opted in
+    # what the diarization computes: the recipe's embeddings unless the approximate ones are opted in
     diarization = r.json()["diarization"]
-    assert diarization["long_recordings"] == "recipe" and "every length" in diarization["summary"]
+    assert diarization["embeddings"] == "recipe" and "DIARIZATION_EMBEDDINGS=recipe" in diarization["summary"]
 
 
 def test_json_base64_with_parameters(servers, clip):
