@@ -1,6 +1,6 @@
 """A live session's speaker work: who speaks in its items, found on the diarization thread
 beside its decodes (through the engine, :mod:`speaker_asr.live.engine`), and the ``segment``
-events that carry them. The session (:mod:`speaker_asr.live.session`) calls it at three points:
+events that carry them. The session (:mod:`speaker_asr.live.session`) calls it at two points:
 
 * while an item grows, :meth:`SpeakerWork.look` every
   :data:`~speaker_asr.live.items.ACTIVITY_INTERVAL_S` of new audio: the segmentation model over

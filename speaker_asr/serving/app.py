@@ -339,7 +339,7 @@ def serve(host: Optional[str] = None, port: Optional[int] = None) -> None:
 
 
 def __getattr__(name: str):
-    # ``uvicorn server:app``: the app is built on first access, not at import
+    # ``uvicorn speaker_asr.serving.app:app``: the app is built on first access, not at import
     if name == "app":
         globals()["app"] = create_app()
         return globals()["app"]
