@@ -736,7 +736,8 @@ def main(argv=None) -> int:
         # what can change the turns: the loading, the patches, the clustering and the setting
         diar_sha = _sha(*(_source_sha(f"speaker_asr/{name}") for name in (
             "diarization/pipeline.py", "diarization/window_plan.py", "patches/diarization.py",
-            "patches/diarization_onnx.py", "patches/registry.py", "diarization/clustering.py")), args.diarization)
+            "patches/diarization_onnx.py", "patches/registry.py", "diarization/clustering.py")),
+            args.diarization)
         for f in files:
             count = f.num_speakers if known_count else None
             key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], count, diar_sha)

@@ -68,7 +68,7 @@ class Diarizer(Protocol):
 
     #: each change to the library's internals made at load (patches/registry.py), for /health
     patch_report: list
-    #: what the diarization computes (embeddings shared between windows, or the recipe's), for /health
+    #: what the diarization computes (the recipe's embeddings or the opt-in approximate ones), for /health
     settings_in_force: Optional[dict]
     #: whether it has a voice model (known speakers, speaker embeddings)
     has_voices: bool

@@ -69,7 +69,7 @@ class ModelSettings(BaseSettings):
         "recipe", description="recipe: every segmentation window's speakers embedded, as pyannote's 3.1 "
                               "recipe computes them. approximate (opt-in, CPU only, recordings over 5 "
                               "minutes): the speakers of every fifth window embedded and the others "
-                              "pooled from the two around them, about 4x faster diarization, measured "
+                              "pooled from the two around them, 3-4x faster diarization, measured "
                               "at 0.0-0.7 DER points off the recipe's (docs/measurements.md)")
     speaker_match_threshold: float = Field(
         DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,

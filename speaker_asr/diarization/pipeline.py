@@ -23,9 +23,9 @@ from speaker_asr.compat import pyannote_major
 
 logger = logging.getLogger(__name__)
 
-# repositories whose conditions must be accepted on the hub for each known pipeline
 # how the speaker embeddings are computed (DIARIZATION_EMBEDDINGS)
 EMBEDDINGS = ("recipe", "approximate")
+# repositories whose conditions must be accepted on the hub for each known pipeline
 GATED_REPOS = {
     "pyannote/speaker-diarization-3.1": ["pyannote/speaker-diarization-3.1", "pyannote/segmentation-3.0"],
     "pyannote/speaker-diarization-3.0": ["pyannote/speaker-diarization-3.0", "pyannote/segmentation-3.0"],
@@ -134,8 +134,11 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     A local folder's own Python modules (the yaml file's folder's) are importable while and after
     it loads (:func:`use_folder_modules`). ``embeddings``: "recipe" (every window's speakers
     embedded) or "approximate" (on CPU, past 5 minutes, the speakers of every fifth window
-    embedded, the others pooled from their neighbours: speaker_asr/diarization/window_plan.py). What is in force is ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
+    embedded, the others pooled from their neighbours: speaker_asr/diarization/window_plan.py).
+    What is in force is ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
     Fails with a message naming what to accept and set -- never the token."""
+    if embeddings not in EMBEDDINGS:  # before the load: a bad value costs nothing
+        raise ValueError(f"embeddings={embeddings!r}: expected one of {', '.join(EMBEDDINGS)}")
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 
@@ -165,8 +168,6 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     from speaker_asr.patches import registry
 
     # the speed fixes (patches/registry.py), decided once here; the report stays with the pipeline
-    if embeddings not in EMBEDDINGS:
-        raise ValueError(f"embeddings={embeddings!r}: expected one of {', '.join(EMBEDDINGS)}")
     context = {"device": device, "embeddings": embeddings}
     pipeline.patch_report = registry.install("diarization", pipeline, speedups, **context)
     logger.info("diarization patches: %s", registry.describe(pipeline.patch_report))
@@ -183,15 +184,15 @@ def settings_in_force(report) -> dict:
     from speaker_asr.patches.diarization import EMBEDDING_STRIDE, SHARED_AFTER_S
 
     shared = next((r for r in report if r.name == "share_window_embeddings"), None)
-    if shared is not None and shared.applied:
+    applied = shared is not None and shared.applied
+    if applied:
         summary = (f"approximate past {SHARED_AFTER_S:g} s (DIARIZATION_EMBEDDINGS=approximate): every "
                    f"{EMBEDDING_STRIDE}th window's speakers embedded, the others pooled from the two "
-                   "around them; faster, and a few tenths of a DER point off the recipe's; every "
+                   "around them; faster, measured 0.0-0.7 DER points off the recipe's; every "
                    "window's below")
     else:
         why = f" ({shared.reason})" if shared is not None and shared.reason else ""
         summary = f"every window's speakers embedded, as pyannote's recipe does{why}"
-    applied = shared is not None and shared.applied
     return {"embeddings": "approximate" if applied else "recipe",
             "shared_after_s": SHARED_AFTER_S if applied else None, "summary": summary}
 

@@ -51,15 +51,16 @@ class WindowPlan:
         src = self.sources[w, s]  # (n, 2, 2)
         weight = self.weights[w, s].astype(np.float64)  # (n, 2)
         vectors = embeddings[np.maximum(src[..., 0], 0), np.maximum(src[..., 1], 0)].astype(np.float64)
-        norms = np.linalg.norm(vectors, axis=2, keepdims=True)
-        usable = (weight > 0) & np.isfinite(norms[..., 0]) & (norms[..., 0] > 0)
+        norms = np.linalg.norm(vectors, axis=2)  # (n, 2); NaN where a source came out NaN
+        usable = (weight > 0) & np.isfinite(norms) & (norms > 0)
         weight = np.where(usable, weight, 0.0)
-        units = np.where(usable[..., None], vectors / np.where(norms > 0, norms, 1.0), 0.0)
+        norms = np.where(usable, norms, 1.0)
+        units = np.where(usable[..., None], vectors / norms[..., None], 0.0)
         total = weight.sum(axis=1)[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            direction = (weight[..., None] * np.nan_to_num(units)).sum(axis=1)
+            direction = (weight[..., None] * units).sum(axis=1)
             direction /= np.linalg.norm(direction, axis=1, keepdims=True)
-            pooled = direction * (weight * np.nan_to_num(norms[..., 0])).sum(axis=1, keepdims=True) / total
+            pooled = direction * (weight * norms).sum(axis=1, keepdims=True) / total
         pooled[total[:, 0] <= 0] = np.nan
         embeddings[w, s] = pooled.astype(embeddings.dtype)
         return embeddings

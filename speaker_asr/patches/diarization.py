@@ -417,16 +417,16 @@ def share_window_embeddings(pipeline, device=None) -> Optional[str]:
         masks = embedding_masks(data, exclude_overlap,
                                 _min_num_frames(self._embedding, window, data.shape[1]))
 
-        def embed(own):
+        def embed(own, hook=None):
             rows = np.flatnonzero(own.any(axis=1))
             part = SlidingWindowFeature(masks[rows] * own[rows, None, :], _windows(window, rows))
             out = np.full(data.shape[:1] + (data.shape[2], self._embedding.dimension), np.nan,
                           dtype=np.float32)
-            if len(rows):  # one call: its batches are the step's progress
-                out[rows] = stock(file, part, exclude_overlap=False, hook=hook if own is plan.own else None)
+            if len(rows):
+                out[rows] = stock(file, part, exclude_overlap=False, hook=hook)
             return out
 
-        embeddings = embed(plan.own)
+        embeddings = embed(plan.own, hook)  # one call: its batches are the step's progress
         plan.pool_into(embeddings)
         # a pooled pair whose sources all came out NaN: embed it from its own window
         missing = (np.nan_to_num(data).sum(axis=1) > 0) & np.isnan(embeddings).any(axis=2) & ~plan.own

@@ -213,8 +213,8 @@ PATCHES: tuple[Patch, ...] = (
           "float rounding and the same powerset argmax, probed at load)"),
     Patch("share_window_embeddings", "diarization", True, "pyannote.audio 3.3 and 4.x",
           _share_window_embeddings,
-          "opt-in (DIARIZATION_EMBEDDINGS=approximate, CPU, past 5 minutes): the speakers of every fifth window are "
-          "embedded; a speaker of a window in between gets the mean of its matches in the two "
+          "opt-in (DIARIZATION_EMBEDDINGS=approximate, CPU, past 5 minutes): the speakers of every "
+          "fifth window are embedded; a speaker of a window in between gets the mean of its matches in the two "
           "embedded windows around it, or its own embedding where neither heard it"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
