@@ -24,7 +24,10 @@ leaves it out.
   then (in oracle mode the eval handed it the reference turns, which the endpoint never saw).
 * ``ours`` -- the endpoint's attribution now (:func:`speaker_asr.attribution.speakers.attribute_words`
   with every rule), given both kinds of turns.
-* ``ours-<rule>`` -- the same with one rule off (``--ablate``), to show what each rule does.
+  Where the file has a span embedder (the endpoint's SENTENCE_VOICES, on by default), the
+  sentences' voices then check the speakers (:mod:`speaker_asr.attribution.sentence_voices`).
+* ``ours-<rule>`` -- the same with one rule off (``--ablate``), to show what each rule does;
+  ``ours-voices``: without the sentences' voices.
 
 :func:`endpoint` runs the endpoint's own response builder on the same input; the evaluation
 checks that ``ours`` gives every word the speaker the endpoint gives it.
@@ -47,6 +50,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from speaker_asr.attribution import speakers as attribution
+from speaker_asr.attribution.sentence_voices import speakers_by_sentence
 from speaker_asr.attribution.speakers import SpeakerIndex, resolve_times
 from speaker_asr.types import Turn, Word
 from speaker_asr.testing.scoring import HypToken, normalize_word
@@ -63,6 +67,9 @@ class Diar:
     turns: list[Turn]
     exclusive: list[Turn]
     heard: bool = True  # the exclusive turns are the diarization's own (pyannote 4), not derived
+    # the endpoint's sentence-voice check (SENTENCE_VOICES): the file's span embedder, or None
+    embed: Optional[Callable] = None
+    max_speakers: Optional[int] = None  # the speakers the pipeline was told of, if it was
 
     @property
     def own_exclusive(self) -> Optional[list[Turn]]:
@@ -145,11 +152,14 @@ def anchor_exclusive(chunks, words, diar: Diar, duration: float) -> list[HypToke
     return _word_tokens(max_overlap(_pieces(words, duration), diar.exclusive))
 
 
-def ours(rules: Optional[frozenset] = None) -> Callable:
+def ours(rules: Optional[frozenset] = None, voices: bool = True) -> Callable:
     def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
         extra = {} if rules is None else {"rules": rules}
-        return _word_tokens(attribution.attribute_words(_pieces(words, duration), diar.turns,
-                                                        diar.own_exclusive, **extra))
+        pieces = attribution.attribute_words(_pieces(words, duration), diar.turns,
+                                             diar.own_exclusive, **extra)
+        if voices and diar.embed is not None:
+            pieces = speakers_by_sentence(pieces, diar.embed, diar.max_speakers)
+        return _word_tokens(pieces)
 
     return run
 
@@ -190,7 +200,8 @@ def endpoint(chunks: Sequence[Span], words: Sequence[Span], diar: Diar, duration
 
     response = build_response("", [Segment(*c) for c in chunks], list(diar.turns), duration, "en",
                               words=[Word(*w) for w in words], return_words=True,
-                              exclusive=diar.own_exclusive)
+                              exclusive=diar.own_exclusive, embed=diar.embed,
+                              max_speakers=diar.max_speakers)
     out: list[HypToken] = []
     i = 0
     for chunk in response["chunks"]:
@@ -212,6 +223,7 @@ def runners(before: Optional[str] = None, ablate: bool = False) -> dict[str, Cal
     if ablate:
         for rule in attribution.RULES:
             out[f"ours-{rule}"] = ours(frozenset(attribution.RULES) - {rule})
+        out["ours-voices"] = ours(voices=False)
     return out
 
 

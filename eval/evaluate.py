@@ -22,7 +22,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
@@ -155,15 +155,19 @@ class Diarizer:
         self._pipe = None
         self.seconds = 0.0
 
-    def diarize(self, audio: np.ndarray, num_speakers: Optional[int]) -> dict:
-        """The pipeline's turns and exclusive turns; on audio over 5 minutes its progress is
-        logged (each step, and every tenth of the long ones)."""
+    @property
+    def pipeline(self):
         if self._pipe is None:
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
             from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
             self._pipe = load_diarization_pipeline(str(self.path), None, embeddings=self.embeddings)
+        return self._pipe
+
+    def diarize(self, audio: np.ndarray, num_speakers: Optional[int]) -> dict:
+        """The pipeline's turns and exclusive turns; on audio over 5 minutes its progress is
+        logged (each step, and every tenth of the long ones)."""
         from speaker_asr.diarization.pipeline import diarize
 
         t = time.perf_counter()
@@ -177,12 +181,42 @@ class Diarizer:
                     + f" ({time.perf_counter() - t:.0f} s)")
 
         hook = progress if len(audio) > 300 * 16000 else None  # over 5 min at 16 kHz
-        d = diarize(self._pipe, audio, num_speakers=num_speakers, hook=hook)
+        d = diarize(self.pipeline, audio, num_speakers=num_speakers, hook=hook)
         dt = time.perf_counter() - t
         self.seconds += dt
         conv = lambda turns: [[t.start, t.end, t.speaker] for t in turns]  # noqa: E731
         return {"turns": conv(d.turns), "seconds": round(dt, 2),
                 "exclusive_turns": None if d.exclusive_turns is None else conv(d.exclusive_turns)}
+
+
+class SentenceVoices:
+    """The span embedder the endpoint hands the attribution (SENTENCE_VOICES), for one file: the
+    pipeline's embedding model on the file's audio, each span's vector kept in the cache (by the
+    pipeline folder, the audio and the embedding code)."""
+
+    def __init__(self, diarizer: "Diarizer", audio: np.ndarray, cache: "Cache", key: str):
+        self.diarizer, self.audio, self.cache, self.key = diarizer, audio, cache, key
+        self.known: dict = cache.get("voices", key) or {}
+        self.added = False
+
+    def __call__(self, spans: list[tuple[float, float]]) -> list[Optional[np.ndarray]]:
+        from speaker_asr.diarization.embeddings import embed_clip, embedding_model
+
+        out = []
+        for a, b in spans:
+            k = f"{a:.3f}-{b:.3f}"
+            if k not in self.known:
+                model = embedding_model(self.diarizer.pipeline)
+                v = embed_clip(model, self.audio[int(a * 16000):int(b * 16000)])
+                self.known[k] = None if v is None else v.tolist()
+                self.added = True
+            out.append(None if self.known[k] is None else np.asarray(self.known[k]))
+        return out
+
+    def save(self) -> None:
+        if self.added:
+            self.cache.put("voices", self.key, self.known)
+            self.added = False
 
 
 def der(reference: list, hypothesis: list, metric: str = "der",
@@ -637,6 +671,9 @@ def main(argv=None) -> int:
     ap.add_argument("--diarization", default="recipe", choices=("recipe", "approximate"),
                     help="DIARIZATION_EMBEDDINGS: recipe (the endpoint's default: every window's "
                          "speakers embedded) or approximate (every fifth window's, the others pooled)")
+    ap.add_argument("--sentence-voices", default="on", choices=("on", "off"),
+                    help="SENTENCE_VOICES: the sentences' voices check the speakers (default on, "
+                         "the endpoint's default; needs the pipeline's embedding model in every mode)")
     ap.add_argument("--long-form", default="chunked", choices=("chunked", "sequential"),
                     help="the endpoint's long_form parameter for the ASR (default chunked, its default)")
     ap.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
@@ -731,8 +768,14 @@ def main(argv=None) -> int:
     # diarization (cached)
     diar_out: dict[str, dict] = {}
     der_rows = []
+    diarizer = Diarizer(models_dir, embeddings=args.diarization)
+    voices: dict[str, SentenceVoices] = {}
+    if args.sentence_voices == "on":
+        voices_sha = _sha(_source_sha("speaker_asr/diarization/embeddings.py"))
+        for f in files:
+            voices[f.id] = SentenceVoices(diarizer, audio[f.id], cache,
+                                          _sha("voices", diarizer.path.resolve(), audio_sha[f.id], voices_sha))
     if {"pipeline", "oracle4"} & set(modes):
-        diarizer = Diarizer(models_dir, embeddings=args.diarization)
         # what can change the turns: the loading, the patches, the clustering and the setting
         diar_sha = _sha(*(_source_sha(f"speaker_asr/{name}") for name in (
             "diarization/pipeline.py", "diarization/window_plan.py", "patches/diarization.py",
@@ -754,6 +797,7 @@ def main(argv=None) -> int:
                              "speakers": len({t[2] for t in r["turns"]}),
                              "ref_speakers": len({t[2] for t in f.turns}), "speech": speech})
 
+    # the sentences' voices are embedded during the scoring, when the words have speakers
     # scoring
     refs = {f.id: reference_tokens(f) for f in files}
     rows, pooled, rules = [], [], []
@@ -768,7 +812,8 @@ def main(argv=None) -> int:
             causes: dict[str, int] = {}
             for f in files:
                 r = asr_out[(m, f.id)]
-                diar = diarizations(f, mode, diar_out.get(f.id))
+                diar = replace(diarizations(f, mode, diar_out.get(f.id)), embed=voices.get(f.id),
+                               max_speakers=f.num_speakers if known_count else None)
                 chunks = [tuple(c) for c in r["chunks"]]
                 words = [tuple(w) for w in r["words"] or []]
                 outputs = {}
@@ -861,6 +906,8 @@ def main(argv=None) -> int:
     md = render(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.md").write_text(md)
+    for v in voices.values():
+        v.save()
     (args.out / "latest.json").write_text(json.dumps(result, indent=1, default=str))
     print(md)
     log(f"wrote {args.out / 'latest.md'} and latest.json in {result['meta']['wall_seconds']:.0f} s")

@@ -306,7 +306,9 @@ class Models:
             transcript = replace(transcript, text="", chunks=[],
                                  words=[] if transcript.words is not None else None)
         result = attribute(transcript, len(audio) / SAMPLE_RATE, found,
-                           with_words=config.return_word_timestamps)
+                           with_words=config.return_word_timestamps,
+                           embed=self._sentence_embedder(audio, found),
+                           max_speakers=config.num_speakers or config.max_speakers)
         if with_voices:
             result = self._named(result, found.voices, references, config)
         return replace(result, warnings=warnings)
@@ -548,6 +550,27 @@ class Models:
         if self._diarization_thread is None or getattr(self._on_diarization, "active", False):
             return fn(*args)
         return self.on_diarization_thread(lambda: fn(*args)).result()
+
+    def _sentence_embedder(self, audio: np.ndarray, found: Optional[Diarization]
+                           ) -> Optional[Callable[[list[tuple[float, float]]], list]]:
+        """What embeds the sentences whose voices check the speakers (SENTENCE_VOICES), on the
+        diarization thread; None where that check is off or cannot run. A fault in the
+        embedding model leaves the speakers as the diarization gave them."""
+        if (not self.settings.sentence_voices or found is None or not found.turns
+                or self.diarizer is None or not self.diarizer.has_voices):
+            return None
+
+        def embed_spans(spans: list[tuple[float, float]]) -> list:
+            def run() -> list:
+                return [self.diarizer.embed(audio[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)])
+                        for a, b in spans]
+            try:
+                return self._on_diarization_thread_wait(run)
+            except Exception:
+                logger.exception("sentence voices: the embedding failed; the speakers stay as found")
+                return [None] * len(spans)
+
+        return embed_spans
 
     def _named(self, result: Result, voices: dict, references: Optional[dict],
                config: InferenceConfig) -> Result:

@@ -71,6 +71,12 @@ class ModelSettings(BaseSettings):
                               "minutes): the speakers of every fifth window embedded and the others "
                               "pooled from the two around them, 3-4x faster diarization, measured "
                               "at 0.0-0.7 DER points off the recipe's (docs/measurements.md)")
+    sentence_voices: bool = Field(
+        True, description="check the diarization's speakers by the voices of the transcript's "
+                          "sentences: a speaker whose sentences hold two clearly different voices "
+                          "is split in two, or its odd sentences go to the speaker they sound like "
+                          "(speaker_asr/attribution/sentence_voices.py); false keeps the "
+                          "diarization's speakers as they are")
     speaker_match_threshold: float = Field(
         DEFAULT_SPEAKER_MATCH_THRESHOLD, ge=-1.0, le=1.0,
         description="default voice similarity (cosine) for naming a speaker after a reference clip")

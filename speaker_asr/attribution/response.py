@@ -4,11 +4,14 @@ pure speaker attribution of :mod:`speaker_asr.attribution.speakers`."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
+
+import numpy as np
 
 from speaker_asr.attribution.speakers import (SpeakerIndex, assign_speakers, attribute_words,
                                               cross_talk, resolve_times, split_segments,
                                               tidy_word_times)
+from speaker_asr.attribution.sentence_voices import speakers_by_sentence
 from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.result import Result
 from speaker_asr.speaker_names import speaker_label
@@ -35,8 +38,13 @@ def _r(x: float) -> float:
     return round(float(x), 3)
 
 
+# embeds the audio of each (start, end) span in seconds: one unit vector, or None, per span
+SpanEmbedder = Callable[[list[tuple[float, float]]], list[Optional[np.ndarray]]]
+
+
 def attribute(transcript: Transcript, duration: float, diarization: Optional[Diarization] = None,
-              with_words: bool = False) -> Result:
+              with_words: bool = False, embed: Optional[SpanEmbedder] = None,
+              max_speakers: Optional[int] = None) -> Result:
     """The result, from the ASR's segments and words (times may be missing) and the
     diarization's turns (which may overlap) and its own exclusive turns (one speaker at a time,
     pyannote 4; see :func:`~speaker_asr.attribution.speakers.attribute_words`).
@@ -47,7 +55,9 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
     and each word knows the other speakers whose turns cover at least half of it (``overlap``);
     without, each segment takes the speaker it overlaps most. Every piece of text is kept;
     missing times are filled in and clamped to the audio; times are rounded to the millisecond.
-    ``with_words``: the segments keep their words (``return_word_timestamps``)."""
+    ``with_words``: the segments keep their words (``return_word_timestamps``). ``embed``: the
+    sentences' voices check the words' speakers
+    (:mod:`~speaker_asr.attribution.sentence_voices`; at most ``max_speakers``)."""
     diarized = diarization is not None
     words = transcript.words
     if words is not None:
@@ -56,6 +66,8 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
         # attribution tidies the word times it judges by (and returns them); without it, the same
         if diarized:
             pieces = attribute_words(pieces, diarization.turns, diarization.exclusive_turns)
+            if embed is not None:
+                pieces = speakers_by_sentence(pieces, embed, max_speakers)
             pieces = [replace(w, overlap=others)
                       for w, others in zip(pieces, cross_talk(pieces, diarization.turns))]
         else:
@@ -78,10 +90,12 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
 
 def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],
                    duration: float, language: Optional[str], words: Optional[Sequence[Word]] = None,
-                   return_words: bool = False, exclusive: Optional[list[Turn]] = None) -> dict:
+                   return_words: bool = False, exclusive: Optional[list[Turn]] = None,
+                   embed: Optional[SpanEmbedder] = None, max_speakers: Optional[int] = None) -> dict:
     """The ``json`` response of :func:`attribute` for the diarization's ``turns`` and its own
     ``exclusive`` turns (for code that builds a response from plain lists, as the evaluation
     does)."""
     transcript = Transcript(text, list(segments), language, None if words is None else list(words))
     speakers = None if turns is None else Diarization(turns, exclusive)
-    return attribute(transcript, duration, speakers, with_words=return_words).to_json()
+    return attribute(transcript, duration, speakers, with_words=return_words, embed=embed,
+                     max_speakers=max_speakers).to_json()

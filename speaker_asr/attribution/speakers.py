@@ -72,13 +72,15 @@ def assign_speakers(pieces: Sequence[Word], turns: Iterable[Turn]) -> list[Word]
 SENTENCE_END = (".", "?", "!", "。", "？", "！", "…")
 
 
-def tidy_word_times(words: Sequence[Word], cap: float = 0.7) -> list[Word]:
+def tidy_word_times(words: Sequence[Word], cap: float = 0.7,
+                    speech: Optional[SpeakerIndex] = None) -> list[Word]:
     """Trim words that cross-attention timing stretched over a pause, as OpenAI's Whisper does
     (``add_word_timestamps``): DTW tends to glue leading silence onto the first word of a window
     (a "Hello" timed 0.0-6.98 s when it is spoken at 6.7 s) and trailing silence onto the word
     that ends a sentence. Such a word at a sentence boundary (the first word, a word after a
     sentence end, or a word ending one) is cut to twice the median word duration (median capped
-    at ``cap`` seconds), keeping its edge that touches speech. Other words are left alone."""
+    at ``cap`` seconds), keeping its edge that touches speech (:func:`_kept_edge`; ``speech``:
+    the speaker turns, which tell where the speech is). Other words are left alone."""
     durations = sorted(w.end - w.start for w in words if w.end > w.start)
     if not durations:
         return list(words)
@@ -87,14 +89,41 @@ def tidy_word_times(words: Sequence[Word], cap: float = 0.7) -> list[Word]:
     out = []
     for i, w in enumerate(words):
         start, end = w.start, w.end
-        if end - start > longest:
-            starts_sentence = i == 0 or words[i - 1].text.strip().endswith(SENTENCE_END)
-            if starts_sentence:
-                start = end - longest
-            elif w.text.strip().endswith(SENTENCE_END):
+        starts_sentence = i == 0 or words[i - 1].text.strip().endswith(SENTENCE_END)
+        ends_sentence = w.text.strip().endswith(SENTENCE_END)
+        if end - start > longest and (starts_sentence or ends_sentence):
+            # the transcript's first word: the leading silence DTW glues on is the known case
+            keep = _kept_edge(start, end, longest, starts_sentence, ends_sentence,
+                              speech if i > 0 else None)
+            if keep == "start":
                 end = start + longest
+            elif keep == "end":
+                start = end - longest
         out.append(Word(w.text, start, end, w.speaker))
     return out
+
+
+def _kept_edge(start: float, end: float, longest: float, starts_sentence: bool, ends_sentence: bool,
+               speech: Optional[SpeakerIndex]) -> Optional[str]:
+    """Which edge of a stretched word tidy keeps ("start", "end", or None for the whole word):
+    the one in speech when the turns put one cut piece in speech (at least half of it inside
+    turns) and the other in a pause; otherwise by the word's place -- the end of a word that
+    starts a sentence, the start of one that ends it, the whole of a one-word sentence (either
+    edge could be its own)."""
+    if speech is not None:
+        head = _speech(speech, start, start + longest) >= 0.5 * longest
+        tail = _speech(speech, end - longest, end) >= 0.5 * longest
+        if head != tail:
+            return "start" if head else "end"
+    if starts_sentence and ends_sentence:
+        return None if speech is not None else "end"
+    return "end" if starts_sentence else "start"
+
+
+def _speech(index: SpeakerIndex, start: float, end: float) -> float:
+    """Seconds of ``[start, end]`` inside anyone's turn."""
+    return sum(b - a for a, b in _union([(max(start, t.start), min(end, t.end))
+                                         for t in index.turns_in(start, end)]))
 
 
 # --------------------------------------------------------------------------- the word decision
@@ -289,7 +318,7 @@ def attribute_words(words: Sequence[Word], turns: Iterable[Turn],
     weight = _weights(rules, weights)
     regular = turns if isinstance(turns, SpeakerIndex) else SpeakerIndex(turns)
     heard = SpeakerIndex(exclusive) if exclusive is not None and weight["dominant"] else None
-    words = tidy_word_times(words) if "tidy" in rules else list(words)
+    words = tidy_word_times(words, speech=regular) if "tidy" in rules else list(words)
     if not len(regular):
         return [Word(w.text, w.start, w.end, None) for w in words]
     evidence = [word_evidence(regular, heard, w.start, w.end) for w in words]

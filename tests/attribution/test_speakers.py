@@ -371,3 +371,17 @@ def test_turns_that_began_together_make_nobody_newest():
     turns = [Turn(0.0, 15.0, "B"), Turn(0.0, 15.0, "A")]
     words = [Word(" one", 0.1, 0.3), Word(" two", 0.3, 8.0), Word(" three.", 8.0, 12.0)]
     assert [w.speaker for w in attribute_words(words, turns)] == ["A", "A", "A"]
+
+
+def test_tidy_keeps_the_edge_the_turns_put_in_speech():
+    # a reply timed from its true start (7.86 s, inside C's turn) to the next voice (9.82 s): the
+    # place rule would keep its end, in the pause; the turns say its start is the speech
+    t = turns((6.2, 7.36, B), (7.84, 8.31, C), (9.91, 11.6, B))
+    words = [Word(" for", 6.9, 7.2), Word(" me.", 7.2, 7.5), Word(" Really?", 7.86, 9.82),
+             Word(" The", 9.82, 10.1), Word(" first", 10.1, 10.4), Word(" item.", 10.4, 10.7)]
+    out = attribute_words(words, t)
+    assert out[2].speaker == C and out[2].start == 7.86
+    # without turns (diarization off) the place rule stands: a sentence's first word keeps its end
+    from speaker_asr.attribution.speakers import tidy_word_times
+
+    assert tidy_word_times(words)[2].end == 9.82

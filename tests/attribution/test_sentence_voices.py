@@ -1,0 +1,104 @@
+"""The sentences' voices check the speakers: hand-made words and voice vectors, no models."""
+
+import numpy as np
+import pytest
+
+from speaker_asr.attribution.sentence_voices import (MIN_UNIT_S, regroup, speakers_by_sentence,
+                                                     voice_units)
+from speaker_asr.types import Word
+
+A, B = "SPEAKER_00", "SPEAKER_01"
+
+
+def _unit(angle: float) -> np.ndarray:
+    return np.array([np.cos(angle), np.sin(angle), 0.0])
+
+
+def sentences(*spec):
+    """Words of sentences ``(start, speaker, n_words)``: 0.4 s words, each sentence ending in '.'."""
+    out = []
+    for start, speaker, n in spec:
+        for k in range(n):
+            text = " w." if k == n - 1 else " w"
+            out.append(Word(text, start + 0.4 * k, start + 0.4 * (k + 1), speaker))
+    return out
+
+
+def embedder(voice_at):
+    """A span embedder whose voice is ``voice_at(start)``; it records the spans it was asked for."""
+    asked = []
+
+    def embed(spans):
+        asked.extend(spans)
+        return [voice_at(a) for a, _ in spans]
+
+    embed.asked = asked
+    return embed
+
+
+def test_units_cut_at_sentence_ends_pauses_and_speaker_changes():
+    words = [Word(" so", 0.0, 0.3, A), Word(" yes.", 0.3, 0.6, A), Word(" and", 0.7, 1.0, A),
+             Word(" then", 1.8, 2.0, A), Word(" no", 2.0, 2.2, B)]
+    units = voice_units(words)
+    assert [(u.first, u.last, u.speaker) for u in units] == [(0, 1, A), (2, 2, A), (3, 3, A), (4, 4, B)]
+    assert not any(u.embedded for u in units)  # all shorter than MIN_UNIT_S
+
+
+def test_a_speaker_holding_two_voices_is_split_and_short_sentences_are_not_embedded():
+    # A's sentences at 0, 10, 20 s are one voice, at 5 and 15 s another; nobody else speaks
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4), (25, A, 1))
+    embed = embedder(lambda t: _unit(0.0) if int(t) % 10 == 0 else _unit(np.pi / 2))
+    out = speakers_by_sentence(words, embed)
+    by_start = {w.start: w.speaker for w in out}
+    assert by_start[0.0] == by_start[10.0] == by_start[20.0] == A
+    assert by_start[5.0] == by_start[15.0] == B  # a new speaker, labelled after the others
+    assert by_start[25.0] == A  # a 0.4 s sentence: not embedded, not moved
+    assert all(b - a >= MIN_UNIT_S for a, b in embed.asked)
+    assert [w.text for w in out] == [w.text for w in words]
+    assert [(w.start, w.end) for w in out] == [(w.start, w.end) for w in words]
+
+
+def test_the_odd_sentences_go_to_the_speaker_they_sound_like():
+    # B's own sentences sound like the ones A was given at 5 and 15 s
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4), (30, B, 4), (35, B, 4))
+    embed = embedder(lambda t: _unit(0.0) if t in (0, 10, 20) else _unit(np.pi / 2 + 0.1))
+    out = speakers_by_sentence(words, embed)
+    assert {w.speaker for w in out if w.start in (5.0, 15.0)} == {B}
+    assert {w.speaker for w in out} == {A, B}
+
+
+def test_one_voice_is_left_alone():
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, B, 4))
+    out = speakers_by_sentence(words, embedder(lambda t: _unit(0.05 * t)))  # small drift only
+    assert [w.speaker for w in out] == [w.speaker for w in words]
+
+
+@pytest.mark.parametrize("max_speakers", [1, 2])
+def test_no_new_speaker_past_the_count_the_request_allows(max_speakers):
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4))
+    embed = embedder(lambda t: _unit(0.0) if int(t) % 10 == 0 else _unit(np.pi / 2))
+    out = speakers_by_sentence(words, embed, max_speakers=max_speakers)
+    assert len({w.speaker for w in out}) == max_speakers
+
+
+def test_a_repeated_stretch_of_audio_counts_once():
+    # two sentences over the same 1.6 s (a repeated hallucination) are not 2 s of a second voice
+    words = sentences((0, A, 4), (5, A, 4), (5, A, 4), (10, A, 4))
+    out = speakers_by_sentence(words, embedder(lambda t: _unit(0.0) if t != 5 else _unit(np.pi / 2)))
+    assert {w.speaker for w in out} == {A}
+
+
+def test_sentences_without_a_vector_and_words_without_a_speaker_stay():
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, None, 4))
+    units = voice_units(words)
+    out = regroup(words, units, lambda ks: [None] * len(ks))
+    assert [w.speaker for w in out] == [w.speaker for w in words]
+    assert speakers_by_sentence([], embedder(lambda t: None)) == []
+
+
+def test_only_the_sentences_that_can_be_compared_are_embedded():
+    # B has two sentences: too few to compare, and nothing moves, so they are never embedded
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, B, 4), (20, B, 4))
+    embed = embedder(lambda t: _unit(0.0))
+    speakers_by_sentence(words, embed)
+    assert sorted(a for a, _ in embed.asked) == [0.0, 5.0, 10.0]
