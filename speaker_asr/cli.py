@@ -172,15 +172,15 @@ def _warn_cleartext(engine) -> None:
     """A token about to go unencrypted (http://) to another machine: say so (not the token)."""
     from urllib.parse import urlsplit
 
-    url = getattr(engine, "url", None)
-    if url and engine.token and urlsplit(url).scheme == "http" and not engine.loopback:
+    url = engine.url
+    if engine.token and urlsplit(url).scheme == "http" and not engine.loopback:
         print(f"warning: the token from {engine.token_source} goes unencrypted (http://) to "
               f"{urlsplit(url).hostname}; use https:// beyond this machine", file=sys.stderr)
 
 
 def _check_body(engine, params: dict[str, Any], formats: list[str]) -> None:
     """Refuse parameters a raw body cannot carry before anything is sent."""
-    if getattr(engine, "body", None) == "raw":
+    if engine.body == "raw":
         from speaker_asr.remote import query_items
 
         sent = {k: v for k, v in params.items() if k not in ("speaker_names", "response_format")}
@@ -210,8 +210,9 @@ def _setup(args: argparse.Namespace, place: Callable[[list[str]], T]) -> tuple[d
     where = place(formats)
     check_parameters({**params, "response_format": formats[0]})
     engine = make_engine(args)
-    _check_body(engine, params, formats)
-    _warn_cleartext(engine)
+    if args.url:  # a RemoteEngine
+        _check_body(engine, params, formats)
+        _warn_cleartext(engine)
     return params, formats, where, engine
 
 
@@ -398,10 +399,10 @@ def transcribe_many(args: argparse.Namespace) -> int:
             progress.close()
         if manifest:
             manifest.close()
-        if code != 130 and hasattr(engine, "close"):  # Ray's actors (after a second Ctrl-C the
-            engine.close()                            # process exits at once: Ray ends them)
+        if code != 130:  # Ray's actors (after a second Ctrl-C the process exits at once: Ray
+            engine.close()  # ends them)
     summary.wall_seconds = time.monotonic() - started
-    summary.stopped_because = getattr(engine, "redact", str)(run.stopped_because) if run.stopped_because else None
+    summary.stopped_because = engine.redact(run.stopped_because) if run.stopped_because else None
     if stop.is_set():
         summary.interrupted = True
     for line in summary.lines():

@@ -33,7 +33,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
 from speaker_asr.audio.files import upload_content_type
-from speaker_asr.batch import FileError, Interrupted, Reply, RunError, Unavailable
+from speaker_asr.batch import Engine, FileError, Interrupted, Reply, RunError, Unavailable
 
 logger = logging.getLogger("speaker_asr.remote")
 
@@ -186,7 +186,7 @@ class _Attempt:
     response: Any = None
 
 
-class RemoteEngine:
+class RemoteEngine(Engine):
     """Recordings POSTed to ``url``, ``concurrency`` at a time (see the module's docstring).
 
     ``body``: ``json`` (base64 JSON, what every Endpoints container takes) or ``raw`` (the file's

@@ -223,7 +223,7 @@ def test_stale_partials_of_other_files_are_left_alone(tmp_path):
 # --------------------------------------------------------------------------- the run
 
 
-class FakeEngine:
+class FakeEngine(batch.Engine):
     """Answers the golden response; a file named ``bad*`` is refused, ``crash*`` raises a bug,
     ``down*`` is unavailable, ``token*`` is a refused token. Records the parameters and the
     number of recordings in flight at once."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence
 
 from speaker_asr.batch.errors import FileError, RunError
 from speaker_asr.batch.outputs import output_text, render_result
@@ -48,27 +49,41 @@ class Reply:
         return None
 
 
-class Engine(Protocol):
-    """Transcribes one recording's bytes with the request parameters given.
+class Engine(ABC):
+    """Transcribes one recording's bytes with the request parameters given. Every engine
+    subclasses it: the run calls each attribute and method below, and the optional ones have
+    defaults here.
 
-    ``concurrency``: how many recordings it takes at once (on that many threads).
+    ``concurrency``: how many recordings it takes at once (on that many threads; default 1).
     ``render_locally``: ask for the plain ``json`` response and write every format from it here
     (otherwise a single format is asked for as ``response_format``, as the endpoint renders it).
+    ``reads_sources``: the engine reads each recording from its ``source`` itself and is given
+    ``audio=None`` (Ray's: its workers read it from a path or bucket they share, batch/sources.py's
+    ``read_source``); by default the run reads it and hands over the bytes.
     ``load()`` prepares it (raises RunError), ``respond(...)`` answers one recording (raises
-    FileError, Unavailable, RunError or Interrupted). An engine with ``reads_sources = True``
-    (Ray's: its workers read the recording from a path or bucket they share) is given
-    ``audio=None`` and reads ``source`` itself (batch/sources.py's ``read_source``)."""
+    FileError, Unavailable, RunError or Interrupted), ``redact(text)`` takes the engine's own
+    secrets out of a message (default: none to take out), ``close()`` releases what it holds once
+    the run is over (default: nothing)."""
 
-    concurrency: int
-    render_locally: bool
+    concurrency: int = 1
+    render_locally: bool = False
+    reads_sources: bool = False
 
+    @abstractmethod
     def load(self) -> None: ...
 
+    @abstractmethod
     def respond(self, audio: Optional[bytes], parameters: dict[str, Any], source: Optional["Source"],
                 stop: threading.Event) -> Reply: ...
 
+    def redact(self, text: Any) -> str:
+        return str(text)
 
-class LocalEngine:
+    def close(self) -> None:
+        pass
+
+
+class LocalEngine(Engine):
     """The handler in this process (``speaker_asr.endpoint.EndpointHandler`` with the settings
     from the environment: ASR_MODEL, DIARIZATION_MODEL, ...), loaded once, on the first
     :meth:`load` or recording; one recording at a time.
@@ -76,9 +91,6 @@ class LocalEngine:
     ``watch``: for a recording's name (its path, ``-`` for standard input), a context manager
     giving the progress callback for its request while it runs (``progress.LineProgress.recording``
     or ``BarProgress.recording``); the handler is called with ``progress=`` when it takes it."""
-
-    concurrency = 1
-    render_locally = False
 
     def __init__(self, handler: Any = None,
                  watch: Optional[Callable[[str], ContextManager["ProgressCallback"]]] = None):

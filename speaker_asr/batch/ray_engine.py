@@ -37,9 +37,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
-from speaker_asr.batch.engine import Reply
+from speaker_asr.batch.engine import Engine, Reply
 from speaker_asr.batch.errors import FileError, RunError
 from speaker_asr.batch.sources import Source, read_source
 
@@ -73,10 +73,23 @@ def secret_env(environ: Optional[dict[str, str]] = None) -> dict[str, str]:
     return {key: environ[key] for key in SECRET_ENV if environ.get(key)}
 
 
+class Answer(NamedTuple):
+    """An actor's answer for one recording, which the driver turns back into a Reply or the
+    batch's errors. ``kind``: ``ok`` (``response``, and the ``seconds`` it took in the actor),
+    ``file`` (this recording failed: ``message``, ``refused`` when it is the input's fault) or
+    ``run`` (the actor cannot transcribe anything: ``message``; the run ends)."""
+
+    kind: str
+    response: Any = None
+    seconds: float = 0.0
+    message: str = ""
+    refused: bool = False
+
+
 class Transcriber:
     """The Ray actor: the handler in a worker process, its models loaded once at construction
     (``secrets``: the tokens, set in its environment first). Its methods never raise for a
-    recording: they answer a tuple the driver turns back into a Reply or the batch's errors."""
+    recording: they answer an :class:`Answer`."""
 
     def __init__(self, secrets: dict[str, str]):
         os.environ.update(secrets)
@@ -93,20 +106,19 @@ class Transcriber:
         """Why its models could not be loaded, or None."""
         return self.error
 
-    def respond(self, source: str, parameters: dict[str, Any]) -> tuple:
-        """``("ok", response, seconds)``, ``("file", message, refused)`` or ``("run", message)``
-        (``source``: an absolute path or a URI)."""
+    def respond(self, source: str, parameters: dict[str, Any]) -> Answer:
+        """``source``: an absolute path or a URI."""
         started = time.monotonic()
         if self.error is not None:
-            return ("run", self.error)
+            return Answer("run", message=self.error)
         try:
             audio = read_source(source)
             reply = self.engine.respond(audio, parameters, source, threading.Event())
         except FileError as exc:
-            return ("file", str(exc), exc.refused)
+            return Answer("file", message=str(exc), refused=exc.refused)
         except RunError as exc:
-            return ("run", str(exc))
-        return ("ok", reply.response, time.monotonic() - started)
+            return Answer("run", message=str(exc))
+        return Answer("ok", response=reply.response, seconds=time.monotonic() - started)
 
 
 @dataclass
@@ -116,7 +128,7 @@ class _Slot:
     actor: Any
 
 
-class RayEngine:
+class RayEngine(Engine):
     """The recordings on a Ray cluster (see the module's docstring). ``address``: ``auto`` (a
     cluster running on this machine or named by ``RAY_ADDRESS``), ``local`` (a cluster started in
     this process, ended with it), ``HOST:PORT`` of a head, or ``ray://HOST:PORT`` (Ray Client).
@@ -124,7 +136,6 @@ class RayEngine:
     (:meth:`load`); ``retries``: how many times a recording is tried again on a new actor after
     the one transcribing it died."""
 
-    render_locally = False
     reads_sources = True
 
     def __init__(self, address: str, actors: Optional[int] = None, gpus_per_actor: Optional[float] = None,
@@ -141,6 +152,7 @@ class RayEngine:
         self._idle: "queue.Queue[_Slot]" = queue.Queue()
         self._lock = threading.Lock()  # the timings, appended by the run's threads
         self._connected = False
+        self._started_ray = False  # close() ends Ray only where connect() started it
         self._loaded = False
         self.actor_options: dict[str, Any] = {}  # each actor's Ray options, chosen by load()
         self._secrets = secret_env()
@@ -180,8 +192,6 @@ class RayEngine:
             if not ray.is_initialized():
                 ray.init(**kwargs)
                 self._started_ray = True
-            else:
-                self._started_ray = False
         except Exception as exc:
             raise RunError(f"could not connect to the Ray cluster at {self.address}: "
                            f"{type(exc).__name__}: {_first_line(exc)} (--ray auto joins the cluster "
@@ -271,8 +281,9 @@ class RayEngine:
         self._kill(self.slots)
         self.slots = []
         self._loaded = False
-        if getattr(self, "_started_ray", False):
+        if self._started_ray:
             self._ray().shutdown()
+            self._started_ray = False
         self._connected = False
 
     # -- one recording
@@ -301,13 +312,13 @@ class RayEngine:
                                    "starting another" if attempt <= self.retries else "giving up")
                     self._replace(slot)  # the pool keeps its size (RunError when it cannot)
                     continue
-                if answer[0] == "file":
-                    raise FileError(answer[1], refused=answer[2], attempts=attempt)
-                if answer[0] == "run":
-                    raise RunError(answer[1])
+                if answer.kind == "file":
+                    raise FileError(answer.message, refused=answer.refused, attempts=attempt)
+                if answer.kind == "run":
+                    raise RunError(answer.message)
                 with self._lock:
-                    self.timings.append((str(source), answer[2], time.monotonic() - sent))
-                return Reply(answer[1], attempts=attempt)
+                    self.timings.append((str(source), answer.seconds, time.monotonic() - sent))
+                return Reply(answer.response, attempts=attempt)
             raise FileError(f"the Ray actor transcribing it died {self.retries + 1} times "
                             f"(last: {reason})", attempts=self.retries + 1)
         finally:
@@ -327,4 +338,4 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:300] if lines else type(exc).__name__
 
 
-__all__ = ["DEFAULT_RETRIES", "PASSED_ENV", "RayEngine", "Transcriber", "secret_env", "worker_env"]
+__all__ = ["Answer", "DEFAULT_RETRIES", "PASSED_ENV", "RayEngine", "Transcriber", "secret_env", "worker_env"]

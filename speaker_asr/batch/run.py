@@ -87,8 +87,7 @@ class BatchRun:
         *_KEY variables' values (an exception's message may quote one)."""
         from speaker_asr.serving.logging_setup import scrub
 
-        engine_redact = getattr(self.engine, "redact", None)
-        return scrub(engine_redact(text) if engine_redact else text)
+        return scrub(self.engine.redact(text))
 
     def __iter__(self) -> Iterator[FileResult]:
         for job in self.plan.skipped:
@@ -163,7 +162,7 @@ class BatchRun:
                 raise Interrupted()
             # an engine whose workers read the recording themselves (Ray's, from a path or bucket
             # the cluster shares) is sent its source only
-            audio = None if getattr(self.engine, "reads_sources", False) else read_source(job.source)
+            audio = None if self.engine.reads_sources else read_source(job.source)
             reply = transcribe_audio(self.engine, audio, self.parameters, self.plan.formats,
                                      source=job.source, stop=self.stop)
             return reply, None, time.monotonic() - started
