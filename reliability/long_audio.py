@@ -52,7 +52,7 @@ def child(args) -> int:
 
     if args.max_memory_gb:
         cap_address_space(args.max_memory_gb)
-    from speaker_asr.serving.negotiation import parameters_from_text
+    from speaker_asr.text_parameters import parameters_from_text
 
     parameters = parameters_from_text(p.split("=", 1) for p in args.param)
     result: dict[str, Any] = {"models": args.models, "stage": args.stage, "rss_start_mb": rss_mb(),

@@ -91,7 +91,7 @@ def _write_stdout(text: str) -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    from speaker_asr.serving.logging_setup import scrub
+    from speaker_asr.redaction import scrub
 
     print(f"error: {scrub(message)}", file=sys.stderr)
     return code

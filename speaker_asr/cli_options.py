@@ -217,7 +217,7 @@ def request_parameters(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, name, False):
             params[name] = True
     if args.param:
-        from speaker_asr.serving.negotiation import parameters_from_text
+        from speaker_asr.text_parameters import parameters_from_text
 
         texts: list[tuple[str, str]] = []  # read by each parameter's declared type, as the server does
         for item in args.param:

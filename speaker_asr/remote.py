@@ -106,7 +106,7 @@ def query_items(parameters: dict[str, Any]) -> list[tuple[str, str]]:
     keys for lists); raises ValueError for what a query string cannot carry (nested objects,
     reference clips, a one-item ``temperature`` list) -- those need the JSON body -- and for an
     unknown parameter or a value of the wrong type (the server's message)."""
-    from speaker_asr.serving.negotiation import parameters_from_text
+    from speaker_asr.text_parameters import parameters_from_text
 
     def text(key: str, value: Any) -> str:
         if isinstance(value, bool):
@@ -223,7 +223,7 @@ class RemoteEngine(Engine):
 
     def redact(self, text: Any) -> str:
         """``text`` without the token (nor anything that looks like a Hugging Face token)."""
-        from speaker_asr.serving.logging_setup import scrub
+        from speaker_asr.redaction import scrub
 
         text = str(text)
         if self.token:

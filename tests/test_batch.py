@@ -595,11 +595,11 @@ def test_the_batch_modules_import_no_torch():
 def test_a_secret_in_an_error_message_is_scrubbed(tmp_path, monkeypatch):
     """An exception quoting HF_TOKEN (a library's message with a URL, say) reaches neither the
     result, nor the manifest, nor the summary."""
-    from speaker_asr.serving import logging_setup
+    from speaker_asr import redaction
 
     secret = "hf_" + "x" * 8 + "SECRETsecret1234567890abcdefgh"
     monkeypatch.setenv("HF_TOKEN", secret)
-    logging_setup.refresh_secrets()
+    redaction.refresh_secrets()
 
     class Leaky(FakeEngine):
         def respond(self, audio, parameters, source, stop):
@@ -610,7 +610,7 @@ def test_a_secret_in_an_error_message_is_scrubbed(tmp_path, monkeypatch):
         result, = BatchRun(plan([root], tmp_path / "out", ["json"]), Leaky())
     finally:
         monkeypatch.delenv("HF_TOKEN")
-        logging_setup.refresh_secrets()
+        redaction.refresh_secrets()
     assert result.error == "GET https://hub/x?token=<redacted> failed"
 
 

@@ -349,7 +349,7 @@ def test_raw_body_with_query_parameters(serve):
 
 
 def test_query_items_read_back_as_given_or_are_refused():
-    from speaker_asr.serving.negotiation import parameters_from_text
+    from speaker_asr.text_parameters import parameters_from_text
 
     params = {"num_speakers": 2, "temperature": [0.0, 0.2], "vad_filter": False, "language": "en",
               "speaker_names": ["Ann"]}

@@ -85,7 +85,7 @@ class BatchRun:
     def redact(self, text: str) -> str:
         """``text`` without a secret: the engine's token, HF_TOKEN and the other *_TOKEN /
         *_KEY variables' values (an exception's message may quote one)."""
-        from speaker_asr.serving.logging_setup import scrub
+        from speaker_asr.redaction import scrub
 
         return scrub(self.engine.redact(text))
 

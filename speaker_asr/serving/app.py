@@ -55,8 +55,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 from speaker_asr.settings import ServerSettings
-from speaker_asr.serving.logging_setup import (ConfigError, _request_id, _route_library_logs,
-                                               configure_logging, refresh_secrets, scrub)
+from speaker_asr.redaction import refresh_secrets, scrub
+from speaker_asr.serving.logging_setup import ConfigError, _request_id, _route_library_logs, configure_logging
 from speaker_asr.serving import live_page, openai_api
 from speaker_asr.serving.api_key import ApiKey, bearer
 from speaker_asr.serving.metrics import Metrics

@@ -1,19 +1,21 @@
 """Content negotiation and request reading: HttpError, the accepted media types, audio sniffing,
 the body size limit (enforced while the body streams in), the one multipart reader
-(:func:`read_form`, used by ``POST /`` and by the ``/v1`` routes), parameters given as text
-(read by each parameter's declared type: :meth:`InferenceConfig.parameters_from_strings`), and the
-handler's ``data`` from a JSON, raw-audio or multipart request."""
+(:func:`read_form`, used by ``POST /`` and by the ``/v1`` routes), and the handler's ``data`` from
+a JSON, raw-audio or multipart request (its parameters given as text read by
+speaker_asr/text_parameters.py)."""
 
 from __future__ import annotations
 
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+
+from speaker_asr.text_parameters import list_key, parameters_from_text
 
 DRAIN_AFTER_LIMIT_BYTES = 1024 * 1024
 
@@ -189,28 +191,6 @@ async def read_form(request: Request, limit: int) -> FormItems:
         return items
     finally:
         await form.close()
-
-
-def list_key(key: str) -> str:
-    """OpenAI-style ``key[]`` names mean ``key`` (``-F known_speaker_names[]=Alice``)."""
-    return key[:-2] if key.endswith("[]") else key
-
-
-def parameters_from_text(items: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """(name, text) pairs -- a query string, form fields -> parameters, each read by its declared
-    type (:meth:`~speaker_asr.config.InferenceConfig.parameters_from_strings`: ``prompt=1984``
-    stays text, ``num_speakers=2`` is a number). A name given more than once is a list
-    (``?speaker_names=Diane&speaker_names=Sheila``); ``key[]`` means ``key``. Values already
-    decoded (an uploaded clip, as base64) are kept as they are. RequestError for an unknown name
-    or a value of the wrong type."""
-    from speaker_asr.config import InferenceConfig
-
-    grouped: dict[str, list] = {}
-    for key, value in items:
-        grouped.setdefault(list_key(key), []).append(value)
-    if not grouped:
-        return {}
-    return InferenceConfig.parameters_from_strings(grouped)
 
 
 _JSON_SHAPE = '{"inputs": "<base64 audio>", "parameters": {...}}'

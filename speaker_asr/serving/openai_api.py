@@ -52,12 +52,12 @@ from speaker_asr.formats._common import first_temperature
 from speaker_asr.live.protocol import MAX_VAD_MS, ServerVad
 from speaker_asr.models import Models
 from speaker_asr.progress import ProgressCallback
-from speaker_asr.serving.logging_setup import scrub
-from speaker_asr.serving.negotiation import (HttpError, Upload, header_media_type, list_key,
-                                             parameters_from_text, read_form, split_form)
+from speaker_asr.redaction import scrub
+from speaker_asr.serving.negotiation import HttpError, Upload, header_media_type, read_form, split_form
 from speaker_asr.serving.request_path import (LEFT_DURING_STREAM, PreparedCall, RequestPath,
                                               bad_request, record_times, request_info)
 from speaker_asr.serving.runner import ModelCall
+from speaker_asr.text_parameters import list_key, parameters_from_text
 
 logger = logging.getLogger("server")
 

@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from speaker_asr.errors import RequestError
-from speaker_asr.serving.logging_setup import scrub
+from speaker_asr.redaction import scrub
 from speaker_asr.serving.negotiation import HttpError
 from speaker_asr.serving.runner import ClientGone, DisconnectWatch, ModelCall, ModelRunner, QueueFull
 

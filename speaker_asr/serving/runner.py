@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 from speaker_asr.settings import DEFAULT_MAX_QUEUE
 from speaker_asr.models import Models, ModelThread
 from speaker_asr.progress import Progress, RequestProgress, takes_progress
-from speaker_asr.serving.logging_setup import _request_id, scrub
+from speaker_asr.redaction import scrub
+from speaker_asr.serving.logging_setup import _request_id
 
 logger = logging.getLogger("server")
 
