@@ -85,9 +85,10 @@ serve: $(VENV)/.installed
 # servers start once), one torch/OpenMP thread per worker: two workers with two threads each on
 # two cores spin against each other. The tests spend much of their time starting processes and
 # loading models, single-threaded, so the workers overlap where one process would wait.
+# Which tests: pytest.ini's default selection (not slow, not heavy, not real).
 XDIST := -n auto --dist loadfile
 test: $(VENV)/.installed
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q $(XDIST) -m "not slow and not heavy and not real"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q $(XDIST)
 
 # the smoke runs that take a minute or more each (profile_cpu.py, gpu_benchmark.py --smoke,
 # word_timestamp_memory.py, clustering_bench.py, long_audio.py, reliability/run_all.py and through it
@@ -100,18 +101,20 @@ test-scripts: $(VENV)/.installed
 # ../shared has the real-models kit; skipped otherwise)
 test-all: test test-scripts test-compat test-endpoints test-real
 
-# the handler's tests under transformers 4.51.3 (the default Endpoints image's), beside .venv
+# the handler's tests under transformers 4.51.3 (the default Endpoints image's), beside .venv; every
+# test of those files (EVERY_MARK: their real-model check too, which pytest.ini's default leaves out)
+EVERY_MARK := -m "not slow"
 test-compat: $(VENV)/.installed $(COMPAT)/.installed
 	PYTHONPATH=$(COMPAT) EXPECT_TRANSFORMERS=4.51.3 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q $(XDIST) \
-		$(VERSION_TESTS) tests/asr/test_quantization.py
+		$(EVERY_MARK) $(VERSION_TESTS) tests/asr/test_quantization.py
 
 # the REAL toolkit webservice (../shared/hf-inference-toolkit) serving handler.py in the image's
 # environment: transformers 4.51.3 (the image's), then each of IMAGE_TRANSFORMERS
 ifneq ($(wildcard $(TOOLKIT)/setup.py),)
 test-endpoints: $(IMAGE_VENV)/.installed real-models
-	TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=4.51.3 $(IMAGE_VENV)/bin/python -m pytest -q $(IMAGE_TESTS)
+	TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=4.51.3 $(IMAGE_VENV)/bin/python -m pytest -q $(EVERY_MARK) $(IMAGE_TESTS)
 	for v in $(IMAGE_TRANSFORMERS); do TOOLKIT_SERVER=1 EXPECT_TRANSFORMERS=$$v \
-		PYTHONPATH=$(IMAGE_VENV)-t$$v $(IMAGE_VENV)/bin/python -m pytest -q $(IMAGE_TESTS) || exit 1; done
+		PYTHONPATH=$(IMAGE_VENV)-t$$v $(IMAGE_VENV)/bin/python -m pytest -q $(EVERY_MARK) $(IMAGE_TESTS) || exit 1; done
 else
 test-endpoints:
 	@echo "test-endpoints SKIPPED: $(TOOLKIT) is absent (the Inference Endpoints toolkit's source, for the image emulation)"
