@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import base64
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from speaker_asr.formats import FORMATS, TASKS
 
@@ -21,46 +21,31 @@ REMOTE_ONLY = ("token", "concurrency", "body", "max_wait", "request_timeout")
 RAY_ONLY = ("ray_actors", "ray_gpus_per_actor", "ray_cpus_per_actor", "ray_retries")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
+def _number(kind: type, allowed: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+    """An option's type: the text read as ``kind`` (int or float) and refused, saying ``rule``,
+    unless ``allowed``."""
+    noun = "an integer" if kind is int else "a number"
+
+    def read(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if not allowed(value):
+            # an integer as read, a number as given (its float would print otherwise: 1e-05)
+            raise argparse.ArgumentTypeError(f"{value if kind is int else text} {rule}")
+        return value
+
+    return read
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
-    return value
-
-
-def _resource(text: str) -> float:
-    """GPUs or CPUs per actor: 0 or more, fractions allowed (two actors sharing a GPU: 0.5)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more (0.5: two actors share one)")
-    return value
-
-
-def _count(text: str) -> int:
-    """A count of 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
+_positive_int = _number(int, lambda value: value >= 1, "must be 1 or more")
+_positive_float = _number(float, lambda value: 0 < value < float("inf"),
+                          "must be a number of seconds above 0")
+# GPUs or CPUs per actor: fractions allowed (two actors sharing a GPU: 0.5)
+_resource = _number(float, lambda value: 0 <= value < float("inf"),
+                    "must be 0 or more (0.5: two actors share one)")
+_count = _number(int, lambda value: value >= 0, "must be 0 or more")
 
 
 def _format_list(text: str) -> list[str]:

@@ -43,38 +43,28 @@ AUDIO_MEDIA_TYPES = (
 )
 RAW_MEDIA_TYPES = ("", "application/octet-stream", "application/x-www-form-urlencoded")
 
+# (where the bytes stand, the bytes, the container), tried in this order: mp4's ftyp at offset 4
+# can follow any first four bytes, so the formats listed before it win over it
+_MAGIC = (
+    (0, b"RF64", "wav"), (0, b"BW64", "wav"), (0, b"fLaC", "flac"), (0, b"OggS", "ogg"),
+    (0, b"ID3", "mp3"), (4, b"ftyp", "mp4"), (0, b"\x1a\x45\xdf\xa3", "webm"), (0, b"#!AMR", "amr"),
+    (0, b".snd", "au"), (0, b"caff", "caf"), (0, b"\x30\x26\xb2\x75\x8e\x66\xcf\x11", "asf"),
+)
 
 
 def sniff_audio(data: bytes) -> Optional[str]:
     """The container format the first bytes announce, or None when they do not look like audio."""
     head = bytes(data[:16])
-    if len(head) >= 12 and head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
+    if head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
         return "wav"
-    if head[:4] in (b"RF64", b"BW64"):
-        return "wav"
-    if len(head) >= 12 and head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+    if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
         return "aiff"
-    if head[:4] == b"fLaC":
-        return "flac"
-    if head[:4] == b"OggS":
-        return "ogg"
-    if head[:3] == b"ID3":
-        return "mp3"
     if len(head) >= 2 and head[0] == 0xFF and (head[1] & 0xE0) == 0xE0:
         # MPEG audio frame sync; layer bits 00 is an ADTS (AAC) header
         return "mp3" if head[1] & 0x06 else "aac"
-    if len(head) >= 8 and head[4:8] == b"ftyp":
-        return "mp4"
-    if head[:4] == b"\x1a\x45\xdf\xa3":
-        return "webm"
-    if head[:5] == b"#!AMR":
-        return "amr"
-    if head[:4] == b".snd":
-        return "au"
-    if head[:4] == b"caff":
-        return "caf"
-    if head[:8] == b"\x30\x26\xb2\x75\x8e\x66\xcf\x11":
-        return "asf"
+    for offset, magic, name in _MAGIC:
+        if head[offset:offset + len(magic)] == magic:
+            return name
     return None
 
 
