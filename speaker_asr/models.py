@@ -13,9 +13,13 @@ Two threads touch the models, and this module is where their rules are kept:
 * **the diarizer** (the diarization and its voice model) runs on its own single worker thread,
   the *diarization thread*: a request's diarization there beside its ASR (so a request costs about
   the longer of the two, not their sum; torch releases the GIL), live sessions' speaker work
-  there beside their decodes, and every voice embedding (reference clips, item voices) there too.
-  :meth:`Models.diarize`, :meth:`Models.embed` and :meth:`Models.reference` submit to it and wait;
-  :meth:`Models.on_diarization_thread` hands it any function and returns its future.
+  there beside the next items' decodes, and every voice embedding (reference clips, item voices)
+  there too (:class:`DiarizationThread`). :meth:`Models.diarize`, :meth:`Models.embed` and
+  :meth:`Models.reference` submit to it and wait; :meth:`Models.on_diarization_thread` hands it
+  any function and returns its future.
+
+One recording's transcription, the steps in their order on these two threads, is
+speaker_asr/file_pipeline.py's (:meth:`Models.transcribe` runs it).
 
 A diarizer is anything with the :class:`Diarizer` interface; :class:`PyannoteDiarizer` is
 pyannote.audio's pipeline with its embedding model. Another one (a streaming diarizer) plugs in
@@ -29,20 +33,18 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
-from speaker_asr.attribution.naming import name_known_speakers
-from speaker_asr.attribution.response import attribute
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.config import MAX_CHUNK_LENGTH_S, InferenceConfig, ModelCapabilities
+from speaker_asr.config import InferenceConfig, ModelCapabilities
 from speaker_asr.diarization.frames import Activity
+from speaker_asr.file_pipeline import FilePipeline
 from speaker_asr.settings import ModelSettings
 from speaker_asr.pipeline import (WARM_UP_MAX_NEW_TOKENS, WARM_UP_SECONDS, diarize_speakers,
-                                  failure_warnings, heard_nobody, is_silent, no_speech_warning,
-                                  reference_voices, warm_up_audio)
+                                  speaker_voices, warm_up_audio)
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.result import Result
 from speaker_asr.types import Diarization, Transcript, Word
@@ -155,12 +157,7 @@ class PyannoteDiarizer:
         found = utterance_turns(activity)
         if self.voices is None or not found.exclusive_turns:
             return found
-        try:
-            centroids = self.voices.centroids(audio, found.exclusive_turns)
-        except Exception as exc:  # a fault in the embedding model: the speakers stay, unnamed
-            logger.exception("speaker embeddings failed")
-            return replace(found, embedding_error=type(exc).__name__)
-        return replace(found, voices={k: None if v is None else v.tolist() for k, v in centroids.items()})
+        return speaker_voices(found, self.voices, audio, found.exclusive_turns)
 
     def reference(self, index: int, name: str, clip: Any) -> np.ndarray:
         return self.voices.reference(index, name, clip)
@@ -196,6 +193,56 @@ class ModelThread:
             del job  # a finished job's data must not live on in this frame until the next one
 
 
+class DiarizationThread:
+    """The diarizer's one worker thread (none when no diarization is loaded: there is no voice
+    work to keep apart then, and what would run there runs where it is called)."""
+
+    def __init__(self, loaded: bool):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization") if loaded else None
+        self._on = threading.local()
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        """``fn()`` on the thread; its future (cancel it to drop it while queued)."""
+        if self._pool is None:
+            raise RuntimeError("no diarization is loaded")
+
+        def run():
+            self._on.active = True
+            try:
+                return fn()
+            finally:
+                self._on.active = False
+
+        return self._pool.submit(run)
+
+    def call(self, fn: Callable, *args) -> Any:
+        """``fn(*args)`` on the thread, waited for (at once when already on it, or when there is
+        no thread)."""
+        if self._pool is None or getattr(self._on, "active", False):
+            return fn(*args)
+        return self.submit(lambda: fn(*args)).result()
+
+    def beside(self, asr: Callable[[], Any], diarize: Optional[Callable[[], Any]],
+               failed: Callable[[Exception], Any]) -> tuple[Any, Any]:
+        """``asr()`` on this thread while ``diarize()`` (None: no diarization) runs on the
+        diarization thread: their results, ``failed(exc)`` in place of the diarization's when it
+        raised (a fault in the model, not in the request: the transcript is still worth
+        returning). The diarization thread is never left running into the next call."""
+        pending = self.submit(diarize) if diarize is not None else None
+        try:
+            heard = asr()
+        finally:
+            if pending is not None:
+                wait([pending])
+        if pending is None:
+            return heard, None
+        try:
+            return heard, pending.result()
+        except Exception as exc:
+            logger.exception("diarization failed")
+            return heard, failed(exc)
+
+
 class Models:
     """The loaded ASR (``asr``: a :class:`~speaker_asr.asr.transcriber.WhisperTranscriber`) and
     diarizer (``diarizer``: a :class:`Diarizer`, None: no speakers), the settings they were
@@ -210,9 +257,8 @@ class Models:
         #: held by every ASR call: the models, the assistant policy and the decoding scopes are
         #: shared state
         self.lock = threading.Lock()
-        self._diarization_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization") \
-            if diarizer is not None else None
-        self._on_diarization = threading.local()
+        self._diarization = DiarizationThread(loaded=diarizer is not None)
+        self._file_pipeline = FilePipeline(self, self._diarization)
         #: seconds per part of the load's warm-up (:meth:`warm_up`); None before it ran
         self.warm_up_seconds: Optional[dict[str, float]] = None
 
@@ -287,31 +333,8 @@ class Models:
         ``progress`` hears the ASR's windows (on this thread) and the diarization's steps (on its
         own, at the same time): it must be thread-safe (``progress.RequestProgress`` is).
         ``config.multichannel``: ``audio`` is ``(channels, samples)``, each channel a speaker
-        (:meth:`_transcribe_channels`)."""
-        if config.multichannel:
-            return self._transcribe_channels(audio, config, on_start, progress)
-        with self.lock:
-            references = self._on_diarization_thread_wait(reference_voices, self._voice_model(), config)
-            if on_start is not None:
-                on_start()
-            with_voices = references is not None or config.return_speaker_embeddings
-            if is_silent(audio, config):  # nothing to transcribe: Whisper would only make something up
-                transcript = Transcript("", [], config.language if self.asr.multilingual else "en")
-                found = Diarization() if self.diarizer is not None else None
-            else:
-                transcript, found = self._transcribe_and_diarize(audio, config, with_voices, progress)
-        warnings = failure_warnings(transcript, found)
-        if found is not None and heard_nobody(found, transcript, config):
-            warnings.append(no_speech_warning(transcript.text))
-            transcript = replace(transcript, text="", chunks=[],
-                                 words=[] if transcript.words is not None else None)
-        result = attribute(transcript, len(audio) / SAMPLE_RATE, found,
-                           with_words=config.return_word_timestamps,
-                           embed=self._sentence_embedder(audio, found),
-                           max_speakers=config.num_speakers or config.max_speakers)
-        if with_voices:
-            result = self._named(result, found.voices, references, config)
-        return replace(result, warnings=warnings)
+        (speaker_asr/multichannel.py). The steps and their threads: speaker_asr/file_pipeline.py."""
+        return self._file_pipeline.transcribe(audio, config, on_start, progress)
 
     def decode(self, audio: np.ndarray, config: InferenceConfig, draft: Optional[list[int]] = None,
                max_new_tokens: Optional[int] = None, cancel: Optional[threading.Event] = None) -> Decoded:
@@ -347,45 +370,35 @@ class Models:
 
     def on_diarization_thread(self, fn: Callable[[], Any]) -> Future:
         """``fn()`` on the diarization thread; its future (cancel it to drop it while queued)."""
-        if self._diarization_thread is None:
-            raise RuntimeError("no diarization is loaded")
-
-        def run():
-            self._on_diarization.active = True
-            try:
-                return fn()
-            finally:
-                self._on_diarization.active = False
-
-        return self._diarization_thread.submit(run)
+        return self._diarization.submit(fn)
 
     def diarize(self, audio: np.ndarray, config: InferenceConfig, with_voices: bool = False,
                 progress: Optional[ProgressCallback] = None) -> Diarization:
         """Who speaks when in the audio, speakers labelled ``SPEAKER_00``, ... in order of first
         appearance, each one's voice ``with_voices``."""
-        return self._on_diarization_thread_wait(self._required().diarize, audio, config, with_voices,
+        return self._diarization.call(self._required().diarize, audio, config, with_voices,
                                                 progress)
 
     def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
         """The voice vector (unit length) of the audio as a whole; None with too little speech."""
-        return self._on_diarization_thread_wait(self._voice_model(required=True).embed, audio)
+        return self._diarization.call(self._voice_model().embed, audio)
 
     def reference(self, index: int, name: str, clip: Any) -> np.ndarray:
         """The voice vector of ``known_speaker_references[index]`` (a clip, a data URI or an
         embedding); RequestError naming what is wrong with it."""
-        return self._on_diarization_thread_wait(self._voice_model(required=True).reference,
+        return self._diarization.call(self._voice_model().reference,
                                                 index, name, clip)
 
     def activity(self, audio: np.ndarray) -> Optional[Activity]:
         """Which (local) speakers talk in each frame of ``audio`` (one utterance, at most 30 s):
         the diarization's segmentation model in one pass; None where it cannot run alone."""
-        return self._on_diarization_thread_wait(self._required().activity, audio)
+        return self._diarization.call(self._required().activity, audio)
 
     def diarize_utterance(self, audio: np.ndarray, config: InferenceConfig) -> Diarization:
         """Who speaks in one utterance of at most 30 s, each with their voice, from the
         segmentation's activity over it (:meth:`PyannoteDiarizer.diarize_utterance`): a live
-        item's speakers, found beside its final decode."""
-        return self._on_diarization_thread_wait(self._required().diarize_utterance, audio, config)
+        item's speakers, found after its final decode."""
+        return self._diarization.call(self._required().diarize_utterance, audio, config)
 
     # -- the load's warm-up -------------------------------------------------------------------
 
@@ -426,110 +439,6 @@ class Models:
         self.warm_up_seconds = seconds
         return seconds
 
-    # -- channels as speakers -----------------------------------------------------------------
-
-    def _transcribe_channels(self, audio: np.ndarray, config: InferenceConfig,
-                             on_start: Optional[Callable[[], None]] = None,
-                             progress: Optional[ProgressCallback] = None) -> Result:
-        """``multichannel``: each channel of ``audio`` (``(channels, samples)``) transcribed on its
-        own (a silent one skipped; those heard batched side by side, ``progress`` hearing their
-        windows), its words given its label (``diarize_channels``: the
-        speakers its own diarization finds, on the diarization thread beside the ASR), and every
-        word kept once, on the channel whose voice it is (attribution/channels.py)."""
-        from speaker_asr.attribution import channels as ch
-
-        count = audio.shape[0]
-        config.check_channels(count)
-        duration = audio.shape[1] / SAMPLE_RATE
-        energy = ch.frame_energy(audio, SAMPLE_RATE)
-        silent = set(ch.silent_channels(energy))
-        heard = [c for c in range(count) if c not in silent]
-        per_channel_config = config.model_copy(update=config.channel_speakers(count))
-        with self.lock:
-            references = self._on_diarization_thread_wait(reference_voices, self._voice_model(), config)
-            if on_start is not None:
-                on_start()
-            with_voices = references is not None or config.return_speaker_embeddings
-            diarize = None
-            if config.diarize_channels and heard:
-                def diarize():
-                    return {c: self.diarizer.diarize(audio[c], per_channel_config, with_voices)
-                            for c in heard}
-            transcripts, found = self._beside_diarization(
-                lambda: dict(zip(heard, self.asr.transcribe_many([audio[c] for c in heard],
-                                                                self._recording_language(audio, heard, config),
-                                                                word_timestamps=True, progress=progress,
-                                                                stop_loops=True))),
-                diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
-        found = found or {}
-        warnings = [ch.silent_channel_warning(c) for c in sorted(silent)]
-        results: dict[int, Result] = {}
-        voices: dict[str, Optional[list[float]]] = {}
-        for c in heard:
-            warnings += [f"channel {c}: {w}" for w in failure_warnings(transcripts[c], found.get(c))]
-            speakers = self._channel_speakers(c, duration, found.get(c))
-            results[c] = attribute(transcripts[c], duration, speakers, with_words=True)
-            voices.update(speakers.voices)
-        per_channel = [results[c].segments if c in results else [] for c in range(count)]
-        segments = ch.joined_segments(per_channel, ch.frame_db(energy))
-        warnings += [ch.only_bleed_warning(c) for c in heard if not any(s.channel == c for s in segments)]
-        spoken = list(results.values())
-        result = Result(
-            text="".join(s.text for s in segments).strip(), segments=segments,
-            language=max(spoken, key=lambda r: sum(len(s.words) or 1 for s in r.segments)).language
-            if spoken else (config.language if self.asr.multilingual else "en"),
-            duration=round(duration, 3), alignment=spoken[0].alignment if spoken else "word",
-            diarized=True, with_words=config.return_word_timestamps,
-            assisted=spoken[0].assisted if spoken else None, channels=count,
-            speaker_order=ch.channel_order(count, segments, config.diarize_channels))
-        if with_voices:
-            if not config.diarize_channels:
-                voices = {ch.channel_label(c): self._channel_voice(audio[c], c, segments) for c in heard}
-            result = self._named(result, voices, references, config)
-        if not config.return_word_timestamps:  # after the voices: they are embedded from the words
-            result = replace(result, segments=[replace(s, words=[]) for s in result.segments])
-        return replace(result, warnings=warnings)
-
-    def _recording_language(self, audio: np.ndarray, heard: list[int],
-                            config: InferenceConfig) -> InferenceConfig:
-        """``config`` with the recording's language (detected on its ``heard`` channels' first
-        window, summed) where none is given and the model is multilingual: detected channel by
-        channel, a channel holding mostly the others' bleed, its own person quiet, took another
-        language (whisper base wrote Welsh for one of an English meeting's channels)."""
-        if config.language is not None or not self.asr.multilingual or len(heard) < 2:
-            return config
-        first = audio[heard, :int(MAX_CHUNK_LENGTH_S * SAMPLE_RATE)]
-        language = self.asr.detect_language(first.mean(axis=0))
-        return config.model_copy(update={"language": language}) if language else config
-
-    @staticmethod
-    def _channel_speakers(channel: int, duration: float, found: Optional[Diarization]) -> Diarization:
-        """Who speaks on one channel: the channel itself, the whole time (no diarization asked
-        for, or it failed), else the speakers its diarization found, labelled by channel."""
-        from speaker_asr.attribution.channels import channel_label, channel_speaker_label
-        from speaker_asr.types import Turn
-
-        if found is None or found.error is not None or not found.turns:
-            whole = [Turn(0.0, duration, channel_label(channel))]
-            return Diarization(whole, whole)
-
-        def label(t: Turn) -> Turn:
-            return Turn(t.start, t.end, channel_speaker_label(channel, t.speaker))
-
-        return Diarization([label(t) for t in found.turns],
-                           None if found.exclusive_turns is None else [label(t) for t in found.exclusive_turns],
-                           {channel_speaker_label(channel, k): v for k, v in found.voices.items()})
-
-    def _channel_voice(self, samples: np.ndarray, channel: int, segments: list) -> Optional[list[float]]:
-        """The voice of one channel's speaker: its kept words' audio embedded (None: too little)."""
-        spans = [(w.start, w.end) for s in segments if s.channel == channel
-                 for w in (s.words or [s]) if w.start is not None and w.end is not None]
-        if not spans:
-            return None
-        own = np.concatenate([samples[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)] for a, b in spans])
-        vector = self.embed(own) if own.size else None
-        return None if vector is None else [float(x) for x in vector]
-
     # -- inside -------------------------------------------------------------------------------
 
     def _required(self) -> Diarizer:
@@ -537,84 +446,10 @@ class Models:
             raise RuntimeError("no diarization is loaded")
         return self.diarizer
 
-    def _voice_model(self, required: bool = False) -> Optional[Diarizer]:
-        if self.has_voices:
-            return self.diarizer
-        if required:
+    def _voice_model(self) -> Diarizer:
+        if not self.has_voices:
             raise RuntimeError("the diarization has no speaker embedding model")
-        return None
+        return self.diarizer
 
-    def _on_diarization_thread_wait(self, fn: Callable, *args) -> Any:
-        """``fn(*args)`` on the diarization thread, waited for (at once when already on it, or
-        when no diarization is loaded: there is no voice work to keep apart then)."""
-        if self._diarization_thread is None or getattr(self._on_diarization, "active", False):
-            return fn(*args)
-        return self.on_diarization_thread(lambda: fn(*args)).result()
-
-    def _sentence_embedder(self, audio: np.ndarray, found: Optional[Diarization]
-                           ) -> Optional[Callable[[list[tuple[float, float]]], list]]:
-        """What embeds the sentences whose voices check the speakers (SENTENCE_VOICES), on the
-        diarization thread; None where that check is off or cannot run. A fault in the
-        embedding model leaves the speakers as the diarization gave them."""
-        if (not self.settings.sentence_voices or found is None or not found.turns
-                or self.diarizer is None or not self.diarizer.has_voices):
-            return None
-
-        def embed_spans(spans: list[tuple[float, float]]) -> list:
-            def run() -> list:
-                return [self.diarizer.embed(audio[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)])
-                        for a, b in spans]
-            try:
-                return self._on_diarization_thread_wait(run)
-            except Exception:
-                logger.exception("sentence voices: the embedding failed; the speakers stay as found")
-                return [None] * len(spans)
-
-        return embed_spans
-
-    def _named(self, result: Result, voices: dict, references: Optional[dict],
-               config: InferenceConfig) -> Result:
-        """The result with the known speakers named by voice (and, when asked for, the voice
-        embeddings), at the request's threshold or the settings' default."""
-        threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
-                     else self.settings.speaker_match_threshold)
-        return name_known_speakers(result, voices, references, threshold,
-                                   config.return_speaker_embeddings)
-
-    def _beside_diarization(self, asr: Callable[[], Any], diarize: Optional[Callable[[], Any]],
-                            failed: Callable[[Exception], Any]) -> tuple[Any, Any]:
-        """``asr()`` on this thread while ``diarize()`` (None: no diarization) runs on the
-        diarization thread: their results, ``failed(exc)`` in place of the diarization's when it
-        raised (a fault in the model, not in the request: the transcript is still worth
-        returning). The diarization thread is never left running into the next call."""
-        pending = self.on_diarization_thread(diarize) if diarize is not None else None
-        try:
-            heard = asr()
-        finally:
-            if pending is not None:
-                wait([pending])
-        if pending is None:
-            return heard, None
-        try:
-            return heard, pending.result()
-        except Exception as exc:
-            logger.exception("diarization failed")
-            return heard, failed(exc)
-
-    def _transcribe_and_diarize(self, audio: np.ndarray, config: InferenceConfig, with_voices: bool,
-                                progress: Optional[ProgressCallback] = None
-                                ) -> tuple[Transcript, Optional[Diarization]]:
-        """The ASR's transcript and, with a diarizer, what it found (a fault in it is the
-        Diarization's ``error``)."""
-        diarize = None
-        if self.diarizer is not None:
-            def diarize():
-                return self.diarizer.diarize(audio, config, with_voices, progress)
-        # word timestamps drive speaker attribution; without diarization only when asked for
-        return self._beside_diarization(
-            lambda: self.asr.transcribe(audio, config, word_timestamps=diarize is not None
-                                        or config.return_word_timestamps, progress=progress),
-            diarize, lambda exc: Diarization(error=type(exc).__name__))
-
-
-__all__ = ["Decoded", "Diarizer", "ModelThread", "Models", "PyannoteDiarizer", "WARM_UP_SECONDS"]
+__all__ = ["Decoded", "DiarizationThread", "Diarizer", "ModelThread", "Models", "PyannoteDiarizer",
+           "WARM_UP_SECONDS"]

@@ -2,9 +2,10 @@
 
     known speakers' clips -> transcribe beside diarize -> attribute -> name known speakers
 
-:meth:`speaker_asr.models.Models.transcribe` runs them in that order on its threads; a test
-hands in its own models (tiny random ones, or a stand-in for the voice model) instead of patching
-this module. The warnings are written by the small functions at the end.
+:class:`speaker_asr.file_pipeline.FilePipeline` runs them in that order on the models' threads
+(for :meth:`speaker_asr.models.Models.transcribe`); a test hands in its own models (tiny random
+ones, or a stand-in for the voice model) instead of patching this module. The warnings are
+written by the small functions at the end.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Optional
 
 import numpy as np
 
+from speaker_asr.attribution.naming import name_known_speakers
 from speaker_asr.attribution.response import rename_speakers, speaker_labels
 from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.audio.decode import SAMPLE_RATE
@@ -22,7 +24,8 @@ from speaker_asr.config import InferenceConfig
 from speaker_asr.diarization.pipeline import diarize
 from speaker_asr.errors import RequestError
 from speaker_asr.progress import DiarizationHook, ProgressCallback
-from speaker_asr.types import Diarization, Transcript
+from speaker_asr.result import Result
+from speaker_asr.types import Diarization, Transcript, Turn
 
 logger = logging.getLogger("handler")
 
@@ -91,12 +94,28 @@ def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfi
                         else rename_speakers(found.exclusive_turns, labels))
     if not with_voices:
         return found
+    return speaker_voices(found, voices, audio, rename_speakers(alone, labels))
+
+
+def speaker_voices(found: Diarization, voices, audio: np.ndarray, turns: list[Turn]) -> Diarization:
+    """``found`` with each speaker's voice, embedded by ``voices`` (the voice model) from their
+    ``turns`` of ``audio`` (turns without overlapped speech). A fault in the embedding model is
+    the result's ``embedding_error``: the speakers stay, unnamed, and the answer says so."""
     try:
-        centroids = voices.centroids(audio, rename_speakers(alone, labels))
-    except Exception as exc:  # a fault in the embedding model: keep the speakers, unnamed
+        centroids = voices.centroids(audio, turns)
+    except Exception as exc:
         logger.exception("speaker embeddings failed")
         return replace(found, embedding_error=type(exc).__name__)
     return replace(found, voices={k: None if v is None else v.tolist() for k, v in centroids.items()})
+
+
+def name_speakers(result: Result, voices: dict, references: Optional[dict], config: InferenceConfig,
+                  default_threshold: float) -> Result:
+    """The result with the known speakers named by voice (and, when asked for, the voice
+    embeddings), at the request's threshold or ``default_threshold`` (the server's)."""
+    threshold = (config.speaker_match_threshold if config.speaker_match_threshold is not None
+                 else default_threshold)
+    return name_known_speakers(result, voices, references, threshold, config.return_speaker_embeddings)
 
 
 def heard_nobody(found: Diarization, transcript: Transcript, config: InferenceConfig) -> bool:

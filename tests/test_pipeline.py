@@ -125,16 +125,16 @@ def test_the_sentences_voices_are_embedded_on_the_diarization_model_and_a_fault_
     audio = two_voices()
     found = Diarization([Turn(0.0, 12.0, "SPEAKER_00")])
     models = Models(handler.models.asr, diarizer)
-    embed = models._sentence_embedder(audio, found)
+    embed = models._file_pipeline._sentence_embedder(audio, found)
     vectors = embed([(0.0, 3.0), (3.0, 6.0)])
     assert len(vectors) == 2 and all(abs(np.linalg.norm(v) - 1.0) < 1e-6 for v in vectors)
     # the setting off, no turns, or no embedding model: nothing to check the speakers with
-    assert Models(handler.models.asr, diarizer, ModelSettings(sentence_voices=False))._sentence_embedder(audio, found) is None
-    assert models._sentence_embedder(audio, Diarization()) is None
-    assert Models(handler.models.asr, PyannoteDiarizer(diarizer.pipeline))._sentence_embedder(audio, found) is None
+    assert Models(handler.models.asr, diarizer, ModelSettings(sentence_voices=False))._file_pipeline._sentence_embedder(audio, found) is None
+    assert models._file_pipeline._sentence_embedder(audio, Diarization()) is None
+    assert Models(handler.models.asr, PyannoteDiarizer(diarizer.pipeline))._file_pipeline._sentence_embedder(audio, found) is None
 
     class Crashing:
         model = None
 
     broken = Models(handler.models.asr, PyannoteDiarizer(diarizer.pipeline, Crashing()))
-    assert broken._sentence_embedder(audio, found)([(0.0, 3.0)]) == [None]
+    assert broken._file_pipeline._sentence_embedder(audio, found)([(0.0, 3.0)]) == [None]
