@@ -23,7 +23,9 @@ each stage has the process to itself, so its time and memory are its own):
   call, exactly), ``reconstruction`` (everything after it to the end of ``diarize()``: the
   discrete diarization, the annotations, exclusive turns, centroids);
 * ``attribution``: what ``speaker_asr/pipeline.py`` does with the transcript and the diarization
-  from there (``diarize_speakers``' speaker labels, ``attribute``).
+  from there (``diarize_speakers``' speaker labels, ``attribute``);
+* ``voices``: the sentences' voices checking the attributed words' speakers (``SENTENCE_VOICES``:
+  ``speakers_by_sentence`` with the diarization's embedding model on each sentence's audio).
 
 ``--stages diarization`` runs decode and the four diarization stages only (the lengths where end
 to end takes too long). Memory: ``speaker_asr/testing/memory.py``'s sampler thread (RSS every
@@ -55,10 +57,11 @@ from speaker_asr.testing.long_audio import (REAL_ASR, REAL_PIPELINE, add_child_a
 from speaker_asr.testing.memory import RssSampler, cap_address_space, max_rss_mb, rss_mb
 
 DIARIZATION_STAGES = ("segmentation", "embeddings", "clustering", "reconstruction")
-STAGES = {"all": ("decode", "asr", *DIARIZATION_STAGES, "attribution"),
+STAGES = {"all": ("decode", "asr", *DIARIZATION_STAGES, "attribution", "voices"),
           "diarization": ("decode", *DIARIZATION_STAGES)}
 LABELS = {"decode": "decode", "asr": "ASR", "segmentation": "segmentation", "embeddings": "embeddings",
-          "clustering": "clustering", "reconstruction": "reconstruction", "attribution": "attribution"}
+          "clustering": "clustering", "reconstruction": "reconstruction", "attribution": "attribution",
+          "voices": "sentence voices"}
 
 
 # --------------------------------------------------------------------------- the child: one length
@@ -122,6 +125,7 @@ def run_stages(which: str, h, audio_path: Path, sampler: RssSampler, result: dic
     after each."""
     from speaker_asr import pipeline as steps
     from speaker_asr.attribution.response import attribute
+    from speaker_asr.attribution.sentence_voices import speakers_by_sentence
     from speaker_asr.audio.inputs import preprocess_inputs
     from speaker_asr.config import InferenceConfig
 
@@ -145,8 +149,21 @@ def run_stages(which: str, h, audio_path: Path, sampler: RssSampler, result: dic
     steps.diarize = stages.diarize  # what diarize_speakers calls (a fresh process: never restored)
     # what Pipeline runs on the two: diarize_speakers (diarize(), then the speakers' labels), attribute()
     found = steps.diarize_speakers(h.models.diarizer.pipeline, h.models.diarizer.voices, audio, config, with_voices=False)
-    attributed = attribute(transcript, len(audio) / SR, found, with_words=config.return_word_timestamps)
+    attributed = attribute(transcript, len(audio) / SR, found, with_words=True)
     sampler.end("attribution")
+    save()
+    # the step SENTENCE_VOICES adds to the attribution, on its words, with the endpoint's span
+    # embedder (the diarization's embedding model on each sentence's audio)
+    spans_embedded: list[int] = []
+
+    def embed(spans: list[tuple[float, float]]) -> list:
+        spans_embedded.append(len(spans))
+        return [h.models.diarizer.embed(audio[int(a * SR):int(b * SR)]) for a, b in spans]
+
+    words = [w for s in attributed.segments for w in s.words]
+    voiced = sampler.wrap("voices", speakers_by_sentence)(words, embed, config.num_speakers or config.max_speakers)
+    result["sentences_embedded"] = sum(spans_embedded)
+    result["words_moved_by_voices"] = sum(a.speaker != b.speaker for a, b in zip(words, voiced))
     result["speakers"] = len({t.speaker for t in found.turns})
     result["segments"] = len(attributed.segments)
     result["diarization_events"] = stages.events
@@ -291,6 +308,15 @@ def table(runs: list[dict[str, Any]], stages: tuple[str, ...]) -> list[str]:
     return lines
 
 
+def voices_share(run: dict[str, Any]) -> Optional[float]:
+    """The sentence voices' time over the diarization's (its four stages), where both ran."""
+    stages = run.get("stages", {})
+    if "seconds" not in stages.get("voices", {}) or any("seconds" not in stages.get(n, {})
+                                                        for n in DIARIZATION_STAGES):
+        return None
+    return stages["voices"]["seconds"] / sum(stages[n]["seconds"] for n in DIARIZATION_STAGES)
+
+
 def code_version() -> str:
     def git(*a: str) -> str:
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -332,6 +358,10 @@ def report(runs: list[dict[str, Any]], args, models: str, started: datetime, loa
         facts = [f"{r[k]} {k}" for k in ("words", "speakers") if k in r]
         facts += [f"models loaded in {r['load_s']:.1f} s"] if "load_s" in r else []
         facts += [f"CPU {r['cpu_s']:.1f} s in {r['wall_s']:.1f} s of stages"] if "cpu_s" in r and "wall_s" in r else []
+        share = voices_share(r)
+        facts += [f"sentence voices {100 * share:.1f} % of the diarization's time "
+                  f"({r['sentences_embedded']} sentences embedded, {r['words_moved_by_voices']} words moved)"
+                  ] if share is not None else []
         lines.append(f"* {r['minutes']:g} min: " + ", ".join(facts) + (f"; **failed**: {r['error'][-800:]}"
                                                                        if "error" in r else ""))
     return "\n".join(lines)

@@ -177,21 +177,24 @@ def test_clustering_bench(env):
 def test_long_audio_per_stage(env, tmp_path):
     """A minute of the stand-in kit's speech in a process of its own: every stage has a time and a
     peak, the row a total, an RTF and the memory columns; the growth row is there (a dash with one
-    length); the CPU is named."""
+    length); the CPU is named; the sentence voices' share of the diarization is given."""
     out = run([sys.executable, "bench/long_audio.py", "--minutes", "1", "--models", "real",
                "--work", str(tmp_path / "work"), "--json", str(tmp_path / "long.json")], env)
-    stages = ("decode", "ASR", "segmentation", "embeddings", "clustering", "reconstruction", "attribution")
+    stages = ("decode", "ASR", "segmentation", "embeddings", "clustering", "reconstruction", "attribution",
+              "sentence voices")
     rows = table_rows(out, "| minutes | " + " | ".join(f"{s} s / MB" for s in stages)
                       + " | total s | RTF | loaded MB | peak MB | peak above loaded MB |")
     assert [r[0] for r in rows] == ["1", "per audio hour"], out
-    assert all(re.fullmatch(r"\d+\.\d+ / \d+", cell) for cell in rows[0][1:8]), rows[0]  # seconds / MB
-    total, rtf, loaded, peak, above = (float(x) for x in rows[0][8:])
+    assert all(re.fullmatch(r"\d+\.\d+ / \d+", cell) for cell in rows[0][1:9]), rows[0]  # seconds / MB
+    total, rtf, loaded, peak, above = (float(x) for x in rows[0][9:])
     assert total > 0 and rtf > 0 and 0 < loaded <= peak and above == pytest.approx(peak - loaded, abs=1), rows[0]
     assert re.search(r"^CPU: .+ torch CPU capability \w+", out, re.M), out
     doc = json.loads((tmp_path / "long.json").read_text())
     run_ = doc["runs"][0]
     assert list(run_["stages"]) == ["decode", "asr", "segmentation", "embeddings", "clustering",
-                                    "reconstruction", "attribution"], run_
+                                    "reconstruction", "attribution", "voices"], run_
+    assert run_["sentences_embedded"] > 0, run_
+    assert re.search(r"^\* 1 min: .*sentence voices \d+\.\d % of the diarization's time", out, re.M), out
     assert run_["ru_maxrss_mb"] > 0 and run_["diarization_events"]["speaker_counting"]["calls"] == 1, run_
     assert (tmp_path / "long.md").read_text().strip() in out
 
