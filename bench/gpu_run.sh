@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU run (issue 30): a preflight, then bench/gpu_benchmark.py's endpoint sections
+# The one prepared GPU run: a preflight, then bench/gpu_benchmark.py's endpoint sections
 # (the 8 s / 60 s bracket, large-v3 at batch 24 on 10 min, ASR vs diarization vs both), tables and
 # JSON into OUT_DIR. On an H100/H200-class GPU it is meant to return within 8 minutes.
 #

@@ -443,7 +443,7 @@ def section_concurrency(h, model, audio, ref, args) -> dict:
         return go
 
     variants = {f"sequential, {n} thr": sequential(n),
-                f"thread beside ASR, {n}+{n} thr (handler now)": concurrent(n, n)}
+                f"thread beside ASR, {n}+{n} thr (the handler's way)": concurrent(n, n)}
     if n > 1:
         half = max(1, n // 2)
         variants["sequential, 1 thr"] = sequential(1)

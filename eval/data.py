@@ -500,7 +500,7 @@ def build_dataset(models_dir: Path, cache_dir: Path, transcribe_factory: Callabl
                   rebuild: bool = False, log=print, seed_offset: int = 0, part: str = "original",
                   count: int = 12) -> list[EvalFile]:
     """The sample plus the dialogues of ``part`` (built once into ``cache_dir``, then reused; the
-    held-out part has no real recording: the sample was used to tune the rules);
+    held-out part has no real recording: the sample belongs to the data the rules were tuned on);
     ``seed_offset`` selects a variant of the original dialogues (:func:`dialogue_specs`)."""
     files = [] if part == "heldout" else [load_sample(models_dir)]
     specs = dialogue_specs(seed_offset, part, count)

@@ -1,7 +1,9 @@
 """Checks of the evaluation's scoring and baseline code (pure Python, no models, < 1 s), and a
-smoke run of ``--part long`` on the tiny stand-in kit (random models, about 30 s):
+smoke run of ``--part long`` on the tiny stand-in kit (random models, about 30 s; marker
+``heavy``, which pytest.ini's default selection leaves to ``make test-scripts``):
 
-    .venv/bin/python -m pytest eval/test_eval.py -q
+    .venv/bin/python -m pytest eval/test_eval.py -q              # the checks
+    .venv/bin/python -m pytest eval/test_eval.py -q -m heavy     # the smoke run
 """
 
 import shutil

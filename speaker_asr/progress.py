@@ -62,7 +62,7 @@ ProgressCallback = Callable[[Progress], None]
 
 def takes_progress(call: Callable) -> bool:
     """Whether ``call`` (a handler) names a ``progress`` parameter: ``EndpointHandler`` does; a
-    custom or stand-in handler without one is called as before, without progress."""
+    custom or stand-in handler without one is called without it."""
     try:
         return "progress" in inspect.signature(call).parameters
     except (TypeError, ValueError):

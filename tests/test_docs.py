@@ -8,6 +8,11 @@ starts with one of the repository's top-level names (``tests/...``, ``speaker_as
 (``handler.py``: some file of the repository has that name) or starts with ``../shared/`` (checked
 where ../shared is present); markdown links must point at a file. A path git ignores (an output:
 ``bench/results/``) may be absent; names with placeholders (``<time>``, ``*``) are not checked.
+
+Also: a link's ``#anchor`` names a heading of the markdown file it points at (GitHub's ids), and
+every setting and request parameter is documented where users look for it -- the models'
+settings and the parameters in docs/reference.md's tables, our server's settings in
+docs/serving.md's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").g
 # pipeline folder it builds), the Inference Endpoints toolkit, 3D-Speaker's CAM++ source
 ELSEWHERE = {"campp_embedding.py", "build_pipeline.py", "webservice_starlette.py", "setup.py", "logging.py",
              "DTDNN.py"}
-# being rewritten elsewhere (issue 23's other half): checked again once they land
 EXTENSIONS = ("py", "md", "txt", "yaml", "yml", "toml", "ini", "sh", "cfg", "json", "wav", "stm", "rttm")
 # a run of path characters not glued to a longer word, a placeholder or a home/variable prefix
 TOKEN = re.compile(r"(?<![\w/.~$<>*{}-])((?:\.\./)?[\w.-]+(?:/[\w.-]*)*)(?![\w/.<>*{}$-])")
@@ -116,6 +120,72 @@ def test_docstrings_name_files_that_exist(checker):
             if absent := checker.missing(docstrings(path), path):
                 missing[name] = absent
     assert missing == {}
+
+
+def heading_ids(path: Path) -> set[str]:
+    """The anchors GitHub gives ``path``'s headings: lowercased, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``, a repeated one suffixed ``-1``, ``-2``...; none inside code fences."""
+    ids, seen, fenced = set(), {}, False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        heading = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading:
+            text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1)).lower()
+            slug = re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+            ids.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return ids
+
+
+def broken_anchors(text: str, where: Path) -> list[str]:
+    """The links in ``text`` (written in ``where``) whose ``#anchor`` is no heading of their file."""
+    broken = []
+    for target in LINK.findall(text):
+        name, _, anchor = target.partition("#")
+        if not anchor or re.match(r"[a-z]+:", target):
+            continue
+        path = (where.parent / name) if name else where
+        if path.suffix == ".md" and path.exists() and anchor not in heading_ids(path):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("doc", DOCS + ["bench/results.md", "bench/profile_results.md"])
+def test_links_reach_their_headings(doc):
+    path = ROOT / doc
+    assert broken_anchors(path.read_text(), path) == []
+
+
+def table_names(path: Path) -> set[str]:
+    """The names a markdown file's tables document: every backquoted name in a row's first cell."""
+    names = set()
+    for line in path.read_text().splitlines():
+        if line.startswith("|"):
+            names.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
+    return names
+
+
+def test_every_setting_and_parameter_is_documented():
+    from speaker_asr.config import InferenceConfig
+    from speaker_asr.settings import ModelSettings, ServerSettings
+
+    reference, serving = table_names(ROOT / "docs" / "reference.md"), table_names(ROOT / "docs" / "serving.md")
+    assert sorted(set(InferenceConfig.model_fields) - reference) == []
+    assert sorted({name.upper() for name in ModelSettings.model_fields} - reference) == []
+    assert sorted({name.upper() for name in ServerSettings.model_fields} - serving) == []
+
+
+def test_the_anchor_check_finds_what_is_missing(tmp_path):
+    (tmp_path / "a.md").write_text("# Speed and accuracy\n\n## `QUANTIZATION=int8`: its two forms\n\n"
+                                   "```bash\n# not a heading\n```\n## Speed and accuracy\n")
+    doc = tmp_path / "b.md"
+    doc.write_text("# There\n")
+    text = ("[ok](a.md#speed-and-accuracy) [ok](a.md#quantizationint8-its-two-forms) "
+            "[ok](a.md#speed-and-accuracy-1) [no](a.md#not-a-heading) [no](a.md#gone) [no](#here) "
+            "[ok](https://example.com/x.md#y) [ok](missing.md#z)")
+    assert broken_anchors(text, doc) == ["a.md#not-a-heading", "a.md#gone", "#here"]
 
 
 def test_the_check_finds_what_is_missing(checker):

@@ -142,8 +142,9 @@ class LiveEngine:
         return self.models.activity(audio)
 
     def utterance(self, audio: np.ndarray, config: InferenceConfig) -> Optional[Diarization]:
-        """Who speaks in a committed item, with their voices (no words needed: it runs beside
-        the item's final decode); None without a diarization."""
+        """Who speaks in a committed item, with their voices (from its audio alone, no words
+        needed; the session asks after the item's final decode, so the two never share the CPU);
+        None without a diarization."""
         if self.models.diarizer is None:
             return None
         return self.models.diarize_utterance(audio, config)

@@ -4,7 +4,7 @@ audio kept for it, and the offline speakers' labels put onto the live session's.
 When the client ends a session (``speaker_asr.session.finish``) with ``final_transcript`` on,
 the file pipeline (ASR + diarization + attribution, :meth:`speaker_asr.models.Models.transcribe`) runs
 over the session's audio and its transcript goes out as one ``transcript.text.done`` event
-(speaker_asr/live/session.py). Two things make that possible:
+(speaker_asr/live/session.py). Three things make that possible:
 
 * :class:`KeptAudio`: the session's audio from the moment ``final_transcript`` was turned on,
   as 16-bit chunks (2 bytes a sample at 16 kHz: 115 MB an hour, half of float32's), at most
@@ -15,7 +15,6 @@ over the session's audio and its transcript goes out as one ``transcript.text.do
   its own labels. Each offline speaker takes the live label it shares the most time with (one
   to one: the assignment with the largest total overlap, Hungarian), so the same person keeps
   the same name; a speaker only the offline pass found gets a label no live speaker had.
-
 * :func:`run_final_pass`: the pass itself through the session's engine, stopped when the session
   closes (:class:`FinalPassCancelled`).
 

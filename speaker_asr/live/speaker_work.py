@@ -13,7 +13,7 @@ events that carry them. The session (:mod:`speaker_asr.live.session`) calls it a
   a fraction of the whole pipeline's cost), its words attributed to them
   (:func:`~speaker_asr.live.labelling.item_speakers`), given the session's labels
   (:mod:`speaker_asr.live.labelling`), one event per speaker turn. (Found after the final decode,
-  not beside it: beside it, the two shared the CPU and the text came later.)
+  not beside it: beside it the two would share the CPU and the text would come later.)
 
 :meth:`SpeakerWork.close` cancels what is pending.
 """

@@ -155,7 +155,7 @@ def alignment_weights(model, sequences: torch.Tensor, encoder_states: torch.Tens
     its deviation 0 and its normalised column NaN -- the time warping then follows no path and
     puts every word at -0.02 s. The queries and keys stay in the model's dtype (as its
     attention computes them); only their product and the softmax are float32 (for a float32
-    model: the same arithmetic as before)."""
+    model that is the model's own arithmetic)."""
     capture = CAPTURE.get()
     decoder = model.model.decoder
     inputs = sequences[:, :-1]
@@ -346,10 +346,10 @@ def install(model) -> Optional[str]:
 def own_decoder_attention(model) -> Optional[str]:
     """Give the decoder its own config with the attention implementation fixed at load, so that
     ``generate()``'s switch of the shared config to eager for word timestamps (transformers
-    4.52+) changes nothing: eager on the CPU (the arithmetic the CPU path has always had, and the
-    one lean_decoder serves), SDPA elsewhere -- possible only because word timestamps no longer
-    read attention weights from decoding (:func:`install` applied). Without it, the decoder is
-    switched to eager here once, as transformers would at the first word-timestamp request.
+    4.52+) changes nothing: eager on the CPU (the attention lean_decoder's step serves), SDPA
+    elsewhere -- possible only because word timestamps here read no attention weights from
+    decoding (:func:`install` applied). Without it, the decoder is switched to eager here once, as
+    transformers would at the first word-timestamp request.
     Returns None when it applied, else why not."""
     from transformers.models.whisper import modeling_whisper
 
