@@ -1,18 +1,20 @@
-"""The live sessions' way to the models: :class:`LiveEngine` puts each model call of a session onto
-the server's model thread (through the runner's queue, one at a time with the file requests) or
-onto the diarization thread (an item's speakers, beside the next decodes), and awaits it. What
-each call does is :class:`speaker_asr.models.Models`' (the one models layer); this module only
-adds the sessions' limits on a decode and the item's speakers in the session's terms.
-
-A session (:class:`~speaker_asr.live.session.LiveSession`) takes any object with this class's
-methods; the tests hand it a stand-in that decodes by the audio's length.
+"""The live sessions' way to the models. :class:`LiveEngine` is what a session
+(:class:`~speaker_asr.live.session.LiveSession`) needs of them: what is loaded, where a call runs
+(the model thread, the diarization thread) and the calls themselves. :class:`RunnerEngine` is the
+server's: it puts each model call of a session onto the server's model thread (through the
+runner's queue, one at a time with the file requests, :meth:`ModelRunner.call
+<speaker_asr.serving.runner.ModelRunner.call>`) or onto the diarization thread (an item's
+speakers, beside the next decodes), and awaits it. What each call does is
+:class:`speaker_asr.models.Models`' (the one models layer); this module only adds the sessions'
+limits on a decode and the item's speakers in the session's terms. The tests' engine
+(tests/live/test_live_session.py) decodes by the audio's length.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 
@@ -35,8 +37,57 @@ def decode_token_limit(samples: int) -> int:
     return DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * samples / SAMPLE_RATE)
 
 
-class LiveEngine:
-    """The model side of the live sessions over the server's runner
+class LiveEngine(Protocol):
+    """What a live session needs of the models. ``run`` and ``on_diarization_thread`` put a call
+    (one of the calls below) on the model thread or the diarization thread and await it; a call
+    cancelled while it waits is dropped before it runs."""
+
+    # -- what is loaded
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Optional[ModelCapabilities]: ...
+
+    @property
+    def has_voices(self) -> bool: ...
+
+    @property
+    def match_threshold(self) -> float: ...
+
+    @property
+    def max_audio_seconds(self) -> Optional[float]: ...
+
+    @property
+    def multilingual(self) -> bool: ...
+
+    def busy(self) -> bool: ...
+
+    # -- where a call runs
+    async def run(self, fn: Callable[[], Any]) -> Any: ...
+
+    async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any: ...
+
+    # -- the calls
+    def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
+               cancel: Optional[threading.Event] = None) -> Decoded: ...
+
+    def language(self, audio: np.ndarray) -> Optional[str]: ...
+
+    def embed(self, audio: np.ndarray) -> Optional[np.ndarray]: ...
+
+    def reference(self, index: int, name: str, clip) -> np.ndarray: ...
+
+    def activity(self, audio: np.ndarray) -> Optional[Activity]: ...
+
+    def utterance(self, audio: np.ndarray, config: InferenceConfig) -> Optional[Diarization]: ...
+
+    def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
+                           progress: Callable[[Any], None]) -> Result: ...
+
+
+class RunnerEngine(LiveEngine):
+    """The live sessions' engine over the server's runner
     (:class:`speaker_asr.serving.runner.ModelRunner`) and the models it loaded
     (:attr:`~speaker_asr.serving.runner.ModelRunner.models`)."""
 
@@ -95,15 +146,7 @@ class LiveEngine:
 
     async def run(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
-        job = self.runner.submit(None, lambda data, progress=None: fn())
-        done = asyncio.wrap_future(job.future)
-        try:
-            return await asyncio.shield(done)
-        except asyncio.CancelledError:
-            self.runner.drop(job)
-            # a call already running ends on its own; nobody reads its outcome now
-            done.add_done_callback(lambda f: f.cancelled() or f.exception())
-            raise
+        return await self.runner.call(fn)
 
     async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the diarization thread, beside the model thread's decodes: an item's

@@ -40,7 +40,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.live.protocol import ProtocolError
-from speaker_asr.live.engine import LiveEngine
+from speaker_asr.live.engine import RunnerEngine
 from speaker_asr.live.session import LiveSession
 from speaker_asr.serving.api_key import ApiKey, bearer
 
@@ -60,7 +60,7 @@ class RealtimeRoute:
                  max_frame_bytes: int, vad_factory=None, metrics=None):
         self.runner = runner
         self.metrics = metrics  # speaker_asr.serving.metrics.Metrics, or None
-        self.engine = LiveEngine(runner)
+        self.engine = RunnerEngine(runner)
         self.key = ApiKey(api_key)
         self.max_sessions = max_sessions
         self.max_session_s = max_session_s

@@ -11,6 +11,10 @@ gets to it.
 
 A long request's progress is logged at info (:class:`ProgressLog`) while the model runs it, when
 the handler takes a ``progress`` callback (``EndpointHandler`` does).
+
+A live session's model calls (:meth:`ModelRunner.call`: a plain function, no request data) take
+the same queue, behind the requests already in it, and are dropped the same way when their
+session closes before the model starts on them.
 """
 
 from __future__ import annotations
@@ -106,15 +110,18 @@ class Ticket:
 
 
 class ModelCall:
-    """One call of the model for one request, queued for the worker thread. ``data`` is dropped as soon as the job is dropped
-    or has run. ``future``: its outcome (the call's result or exception)."""
+    """One call of the model, queued for the worker thread: a request's ``call(data)`` or, with
+    ``plain``, ``call()`` (a live session's: no data, no progress callback). ``data`` is dropped
+    as soon as the job is dropped or has run. ``future``: its outcome (the call's result or
+    exception)."""
 
-    def __init__(self, runner: "ModelRunner", data: Any, call: Callable[[Any], Any],
-                 ticket: Optional[Ticket]):
+    def __init__(self, runner: "ModelRunner", data: Any, call: Callable[..., Any],
+                 ticket: Optional[Ticket], plain: bool = False):
         self.runner = runner
         self.data = data
         self.call = call
         self.ticket = ticket
+        self.plain = plain
         self.context = contextvars.copy_context()  # the request id reaches the handler's log lines
         self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.submitted = time.perf_counter()
@@ -144,9 +151,10 @@ class ModelCall:
         self.started = time.perf_counter()
         data, self.data = self.data, None
         # a handler that takes a progress callback gets one (and the job's call passes it on)
-        extra = {"progress": ProgressLog(self.context.get(_request_id))} if runner.reports_progress else {}
+        extra = {"progress": ProgressLog(self.context.get(_request_id))} \
+            if runner.reports_progress and not self.plain else {}
         try:
-            result = self.context.run(self.call, data, **extra)
+            result = self.context.run(self.call, *(() if self.plain else (data,)), **extra)
         except BaseException as exc:
             outcome: tuple = (None, exc)
         else:
@@ -313,7 +321,24 @@ class ModelRunner:
         handler takes a progress callback, ``call(data, progress=ProgressLog(...))``. The caller
         should drop its own reference to ``data``: the job holds it until it runs or is dropped."""
         assert self.handler is not None
-        job = ModelCall(self, data, call or self.handler, ticket)
+        return self._queue(ModelCall(self, data, call or self.handler, ticket))
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the worker thread, queued behind the requests already waiting (a live
+        session's model call: no data, no progress callback, no place taken with :meth:`admit`).
+        Cancelled while it waits: dropped before it runs (:meth:`drop`); cancelled once running:
+        it ends on its own and nobody reads its outcome."""
+        assert self.handler is not None
+        job = self._queue(ModelCall(self, None, fn, None, plain=True))
+        done = asyncio.wrap_future(job.future)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            self.drop(job)
+            done.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+
+    def _queue(self, job: ModelCall) -> ModelCall:
         with self._lock:
             self.waiting += 1
         self._thread.put(job)

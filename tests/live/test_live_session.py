@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from speaker_asr.live.engine import LiveEngine
 from speaker_asr.live.items import MAX_ITEM_S
 from speaker_asr.live.session import LiveSession
 from speaker_asr.live.vad import WINDOW, TurnDetector, TurnEvent
@@ -20,8 +21,10 @@ from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 SR = 16_000
 
 
-class FakeEngine:
-    """The methods of speaker_asr.live.engine.LiveEngine, without models."""
+class FakeEngine(LiveEngine):
+    """A LiveEngine (speaker_asr/live/engine.py) without models: a decode's words follow the
+    audio's length, a voice its loudness; a known speaker's clip, the language detection and the
+    final pass are the subclasses' below (here they fail the test that reaches them)."""
 
     model_name = "fake-whisper"
     capabilities = None
@@ -73,6 +76,15 @@ class FakeEngine:
     def activity(self, audio):
         self.looked.append(len(audio))
         return self.activities(audio) if self.activities is not None else None
+
+    def language(self, audio):
+        raise AssertionError("a model that is not multilingual detects no language")
+
+    def reference(self, index, name, clip):
+        raise AssertionError("no known speakers in this test")
+
+    def transcribe_session(self, audio, config, progress):
+        raise AssertionError("no final pass in this test")
 
 
 class LoudVad:
@@ -625,7 +637,7 @@ def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     import types
 
     from speaker_asr.config import ModelCapabilities
-    from speaker_asr.live.engine import LiveEngine
+    from speaker_asr.live.engine import RunnerEngine
     from speaker_asr.models import Models
     from speaker_asr.types import Transcript
 
@@ -639,7 +651,7 @@ def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     asr = types.SimpleNamespace(has_alignment_heads=True, transcribe=transcribe,
                                 capabilities=lambda has_diarization: ModelCapabilities())
     models = Models(asr)
-    engine = LiveEngine(types.SimpleNamespace(models=models))
+    engine = RunnerEngine(types.SimpleNamespace(models=models))
     config = None
     decoded = engine.decode(np.zeros(2 * SR, np.float32), config)
     assert decoded.text == "hello" and calls[0]["max_new_tokens"] == 54
