@@ -4,12 +4,14 @@ audio kept for it, and the offline speakers' labels put onto the live session's.
 When the client ends a session (``speaker_asr.session.finish``) with ``final_transcript`` on,
 the file pipeline (ASR + diarization + attribution, :meth:`speaker_asr.models.Models.transcribe`) runs
 over the session's audio and its transcript goes out as one ``transcript.text.done`` event
-(speaker_asr/live/session.py). Three things make that possible:
+(speaker_asr/live/session.py). What makes that possible:
 
 * :class:`KeptAudio`: the session's audio from the moment ``final_transcript`` was turned on,
   as 16-bit chunks (2 bytes a sample at 16 kHz: 115 MB an hour, half of float32's), at most
   ``limit`` samples; what comes past the limit is counted, not kept, and the final transcript
   says so in a warning (:func:`overflow_warning`).
+* :class:`FinalPassInput`: what the session keeps while ``final_transcript`` is on: that audio
+  and the segments it sent (their live labels).
 * :func:`speaker_mapping`: the offline pass labels its speakers afresh (SPEAKER_00 ... in order
   of first appearance over the whole recording); the live session has already shown the user
   its own labels. Each offline speaker takes the live label it shares the most time with (one
@@ -32,6 +34,7 @@ import numpy as np
 from speaker_asr.assignment import best_pairs
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
+from speaker_asr.live.protocol import TranscriptionSegment
 from speaker_asr.result import Result
 from speaker_asr.speaker_names import first_free_label
 
@@ -96,6 +99,48 @@ class KeptAudio:
 
     def clear(self) -> None:
         self.chunks, self.samples = [], 0
+
+
+class FinalPassInput:
+    """What one session keeps for its final pass while ``final_transcript`` is on: its audio
+    (:attr:`kept`, at most ``max_kept_s`` -- the route's ``LIVE_MAX_SESSION_S`` -- and the
+    engine's ``max_audio_seconds``) and the segments it sent meanwhile (:attr:`spans`)."""
+
+    def __init__(self, max_kept_s: float):
+        self.max_kept_s = max_kept_s
+        self.kept: Optional[KeptAudio] = None
+        self.spans: list[Span] = []
+
+    def keep(self, on: bool, clock: int, max_audio_seconds: Optional[float]) -> None:
+        """``final_transcript`` turned on: the audio is kept from clock sample ``clock``; turned
+        off: what was kept is dropped."""
+        if on and self.kept is None:
+            limit = self.max_kept_s
+            if isinstance(max_audio_seconds, (int, float)):
+                limit = min(limit, max_audio_seconds)
+            self.kept, self.spans = KeptAudio(clock, int(limit * SAMPLE_RATE)), []
+        elif not on and self.kept is not None:
+            self.kept, self.spans = None, []
+
+    def heard(self, samples: np.ndarray) -> None:
+        if self.kept is not None:
+            self.kept.append(samples)
+
+    def cleared(self, start: int) -> None:
+        """The client cleared the buffer from clock sample ``start``: the final pass must not
+        hear it either."""
+        if self.kept is not None:
+            self.kept.silence_from(start)
+
+    def sent(self, event) -> None:
+        """A server event went out: a segment's span and speaker are noted."""
+        if isinstance(event, TranscriptionSegment) and self.kept is not None:
+            self.spans.append((event.start, event.end, event.speaker))
+
+    def take(self) -> Optional[KeptAudio]:
+        """The kept audio, no longer kept here (the pass runs on it, or the session closed)."""
+        kept, self.kept = self.kept, None
+        return kept
 
 
 def overflow_warning(kept_s: float, dropped_s: float) -> str:

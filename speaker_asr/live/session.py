@@ -6,11 +6,12 @@ client's events in, the server's events out. The WebSocket route
 The audio
     Appended frames are decoded to 16 kHz (:class:`~speaker_asr.live.audio_format.FrameDecoder`)
     onto the session's *audio clock* (samples since the session began; every ``*_ms`` and every
-    segment time is on it). The session holds only the *buffer*: the audio not yet committed.
+    segment time is on it). The session holds only the *buffer*: the audio not yet committed
+    (:class:`~speaker_asr.live.buffer.AudioBuffer`).
 
 Turns
     * ``turn_detection: null``: the client commits (``input_audio_buffer.commit``).
-    * ``server_vad``: silero-vad (:mod:`.vad`) on every 32 ms window as it arrives. While no one
+    * ``server_vad``: silero-vad (:class:`~speaker_asr.live.vad.SessionVad`) on every 32 ms window as it arrives. While no one
       speaks the buffer keeps only ``prefix_padding_ms``; speech opens an item
       (``speech_started``, ``audio_start_ms`` including the padding), and ``silence_duration_ms``
       of silence closes it (after 8 s of speech a 200 ms pause does:
@@ -24,24 +25,27 @@ Bounds (each documented in docs/serving.md, "Live")
       (``speech_stopped`` + ``committed`` + ``speech_started``, the same speech going on). With
       manual commits an append that would take the buffer past it is refused (an ``error``,
       code ``input_audio_buffer_full``) and its audio dropped: commit first.
-    * Committed items wait for the model in a queue of at most :data:`MAX_PENDING_ITEMS`; while it
-      is full the session stops reading the client's messages (:meth:`LiveSession.wait_for_room`), so
-      audio sent faster than the model transcribes it waits in the client's socket (TCP
+    * Committed items wait for the model in a queue of at most
+      :data:`~speaker_asr.live.item_queue.MAX_PENDING_ITEMS` (:mod:`.item_queue`); while it is
+      full the session stops reading the client's messages (:meth:`LiveSession.wait_for_room`),
+      so audio sent faster than the model transcribes it waits in the client's socket (TCP
       backpressure) instead of in this process's memory. A real-time client never meets this
       unless the model cannot keep up; its items are then late, never lost.
     * Frames: at most ``max_frame_bytes`` of base64 per append (``LIVE_MAX_FRAME_BYTES``), larger
       ones refused with an ``error``.
 
 Decoding and speakers (docs/architecture.md, "A live session, in one pass", walks them)
-    * A growing item is decoded again as it grows (:mod:`.items`: when), on the model thread
-      through the engine (:mod:`.engine`), each decode feeding
+    * A growing item is decoded again as it grows (:mod:`.items`: when;
+      :class:`~speaker_asr.live.decoding.DecodeScheduler`: the decodes), on the model thread
+      through the engine (:class:`~speaker_asr.live.engine.LiveEngine`), each decode feeding
       :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
       ``delta`` events; at commit its final decode gives the last ``delta`` and ``completed``.
       A partial that cannot be the final stops at the commit; none starts while a final waits.
     * With ``speaker_labels`` and a diarization loaded (:mod:`.speaker_work`), a growing item
       is cut where another person takes over; once its text is out its speakers are found on
-      the diarization thread and given the session's labels (:mod:`.labelling`) -> one
-      ``segment`` event per speaker turn, before the next item. Items complete in order.
+      the diarization thread and given the session's labels (:mod:`.labelling`,
+      :mod:`.session_speakers`) -> one ``segment`` event per speaker turn, before the next item.
+      Items complete in order.
     * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
       it (no internals; the traceback goes to the log); the session goes on. A failed partial
       decode is logged and skipped; a failure while finding speakers costs the item its
@@ -50,7 +54,8 @@ Decoding and speakers (docs/architecture.md, "A live session, in one pass", walk
       transcript null), ``conversation.item.done`` after the item's last transcription event.
     * ``speaker_asr.session.finish`` (:meth:`LiveSession._end`): the buffer committed, every
       item finished, then with ``final_transcript`` the final pass (the file pipeline over the
-      kept audio, its speakers in the live labels: :mod:`.final_pass`) as one
+      kept audio, :class:`~speaker_asr.live.final_pass.FinalPassInput`, its speakers in the live
+      labels: :mod:`.final_pass`) as one
       ``transcript.text.done``; a failure of it, an ``error`` (``final_transcript_failed``).
 
 Faults: a message that is not an event, bad base64, a bad frame or an unknown event get an
@@ -60,9 +65,10 @@ final pass stops at its next progress step (it raises
 :class:`~speaker_asr.live.final_pass.FinalPassCancelled`), nothing is
 kept.
 
-What the session counts (:attr:`LiveSession.items`, the audio clock) and, with ``metrics``, each
-item's latency from its commit to its ``completed`` event and the seconds of audio received go
-to the server's metrics (speaker_asr/serving/metrics.py).
+What the session counts (:attr:`LiveSession.stats`, a :class:`~speaker_asr.live.stats.SessionStats`;
+:attr:`LiveSession.clock`) and, with ``metrics``, each item's latency from its commit to its
+``completed`` event and the seconds of audio received go to the server's metrics
+(speaker_asr/serving/metrics.py).
 """
 
 from __future__ import annotations
@@ -70,18 +76,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.config import InferenceConfig, ModelCapabilities
-from speaker_asr.errors import RequestError
+from speaker_asr.config import ModelCapabilities
 from speaker_asr.formats.openai_shapes import done_event
 from speaker_asr.live.audio_format import AudioFormatError, FrameDecoder
-from speaker_asr.live.final_pass import KeptAudio, Span, run_final_pass
-from speaker_asr.live.items import MAX_ITEM_S, Item, partial_due
+from speaker_asr.live.buffer import AudioBuffer
+from speaker_asr.live.decoding import DecodeScheduler
+from speaker_asr.live.engine import LiveEngine
+from speaker_asr.live.final_pass import FinalPassInput, run_final_pass
+from speaker_asr.live.item_queue import ItemQueue
+from speaker_asr.live.items import MAX_ITEM_S, Item
 from speaker_asr.live.language import SessionLanguage
 from speaker_asr.live.protocol import (FINISH, SERVER_ERROR, Cleared, Committed, DurationUsage,
                                        FailureDetail, InputAudioBufferAppend,
@@ -89,26 +97,25 @@ from speaker_asr.live.protocol import (FINISH, SERVER_ERROR, Cleared, Committed,
                                        ItemDone, ProtocolError, SessionCreated, SessionFinish,
                                        SessionUpdate, SessionUpdated, SpeechStarted, SpeechStopped,
                                        TranscriptDone, TranscriptionCompleted, TranscriptionDelta,
-                                       TranscriptionFailed, TranscriptionSegment,
-                                       TranscriptionSession, UserAudioItem, commit_empty_error,
-                                       new_id, parse_client_event)
+                                       TranscriptionFailed, TranscriptionSession, UserAudioItem,
+                                       commit_empty_error, new_id, parse_client_event)
 from speaker_asr.live.session_config import session_config
+from speaker_asr.live.session_speakers import SessionSpeakers
 from speaker_asr.live.speaker_work import SpeakerWork
-from speaker_asr.live.speakers import OnlineSpeakers
-from speaker_asr.live.vad import TurnDetector
+from speaker_asr.live.stats import SessionStats
+from speaker_asr.live.vad import SessionVad
 from speaker_asr.settings import DEFAULT_LIVE_MAX_SESSION_S
 
 logger = logging.getLogger("server")
 
-MAX_PENDING_ITEMS = 3  # committed items waiting for the model before the session stops reading
 MIN_COMMIT_MS = 100.0  # OpenAI's smallest commit
 # how a session ended, as the route counts it (speaker_asr/serving/metrics.py)
 FINISHED, FINAL_PASS_FAILED = "finished", "final_pass_failed"
 
 
 class LiveSession:
-    """One WebSocket session. ``send``: an async function taking a server event. ``engine``:
-    :class:`LiveEngine` (or a stand-in with the same methods). ``vad_factory``: a new
+    """One WebSocket session. ``send``: an async function taking a server event. ``engine``: the
+    models (:class:`~speaker_asr.live.engine.LiveEngine`). ``vad_factory``: a new
     :class:`~speaker_asr.live.vad.SileroVad`-like object (``probabilities``, ``reset``) for a
     session that turns server VAD on. ``metrics``: the server's
     :class:`~speaker_asr.serving.metrics.Metrics` (``live_audio``, ``live_item``), or None.
@@ -116,62 +123,42 @@ class LiveSession:
     :attr:`ending`: the task of ``speaker_asr.session.finish`` once it came (its result: how
     the session ended, :data:`FINISHED` or :data:`FINAL_PASS_FAILED`)."""
 
-    def __init__(self, send: Callable[[Any], Awaitable[None]], engine, vad_factory: Callable[[], Any],
+    def __init__(self, send: Callable[[Any], Awaitable[None]], engine: LiveEngine, vad_factory: Callable[[], Any],
                  max_frame_chars: int = 1 << 20, metrics=None, max_kept_s: float = DEFAULT_LIVE_MAX_SESSION_S):
         self._send = send
-        self.metrics = metrics
-        self.max_kept_s = max_kept_s
         self.engine = engine
-        self.vad_factory = vad_factory
         self.max_frame_chars = max_frame_chars
         self.session = TranscriptionSession.new(engine.model_name)
         self.decoder = FrameDecoder.for_format(self.session.format)
-        self.config = session_config(self.session, self._capabilities())
-        self.clock = 0  # samples appended since the session began (16 kHz)
-        self.buffer = np.zeros(0, dtype=np.float32)
-        self.buffer_start = 0  # clock sample of self.buffer[0]
-        self.vad = None
-        self.detector: Optional[TurnDetector] = None
+        self.config = session_config(self.session, _capabilities(engine))
+        self.audio = AudioBuffer()
+        self.vad = SessionVad(vad_factory)
         self.item: Optional[Item] = None  # the item being spoken (server VAD)
         self.previous_item_id: Optional[str] = None
-        self.speakers: Optional[OnlineSpeakers] = None
-        self.known: dict[str, np.ndarray] = {}
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.pending = 0  # committed items not yet completed
-        self._room = asyncio.Event()
-        self._room.set()
-        self._partial: Optional[asyncio.Task] = None
-        # the running partial decode's item, audio end and cancel flag (an utterance that ended
-        # makes it useless unless it is that utterance's final decode)
-        self._partial_of: Optional[tuple[Item, int, threading.Event]] = None
-        self._finals = 0  # committed items whose final decode has not ended: no partial before it
+        self.speakers = SessionSpeakers(engine)
+        self.queue = ItemQueue(self._finish)  # committed items, in order
+        self.decoding = DecodeScheduler(engine, SessionLanguage(engine.multilingual), lambda: self.config,
+                                        self.send, lambda item: self.item is item)
         self.speaker_work = SpeakerWork(engine)  # who speaks in the items
-        self._decoded = (0.0, 0.0)  # the last partial decode: (monotonic time it ended, seconds)
-        self.language = SessionLanguage(engine.multilingual)
-        self._worker: Optional[asyncio.Task] = None
-        self.items = {"completed": 0, "failed": 0}  # items by how their transcription ended
-        self._committed_at: dict[str, float] = {}  # item id -> when its commit was sent
-        self._transcripts: dict[str, Optional[str]] = {}  # item id -> transcript, for item.done
-        self.kept: Optional[KeptAudio] = None  # final_transcript: the audio for the final pass
-        self.live_spans: list[Span] = []  # final_transcript: the segments sent, for its labels
+        self.stats = SessionStats(metrics)
+        self.final = FinalPassInput(max_kept_s)  # final_transcript: the audio and segments kept
         self.ending: Optional[asyncio.Task] = None
         self._closed = threading.Event()  # read by a final pass running on the model thread
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # -- lifecycle and what the route reads ----------------------------------------------------
 
     async def start(self) -> None:
-        self._worker = asyncio.ensure_future(self._work())
-        await self._setup_vad()
+        self.queue.start()
+        await self.vad.setup(self.session.turn_detection, self.audio.clock)
         await self.send(SessionCreated(session=self.session))
 
     async def close(self) -> None:
         """Everything pending is cancelled (queued model calls dropped, a running final pass
         stopped at its next step)."""
         self._closed.set()
-        if self._partial_of is not None:
-            self._partial_of[2].set()
+        self.decoding.stop()
         await self.speaker_work.close()
-        tasks = (self.ending, self._partial, self._worker)
+        tasks = (self.ending, self.decoding.partial, self.queue.worker)
         for task in tasks:
             if task is not None and not task.done():
                 task.cancel()
@@ -181,40 +168,44 @@ class LiveSession:
                     await task
                 except BaseException:
                     pass
-        self.buffer = np.zeros(0, dtype=np.float32)
-        self.kept = None
-        while not self.queue.empty():
-            self.queue.get_nowait()
+        self.audio.clear()
+        self.final.take()
+        self.queue.clear()
 
     async def send(self, event) -> None:
         """Every server event goes out here; what the session counts of them is noted once it is
-        sent (:meth:`_count_sent`)."""
+        sent (:meth:`SessionStats.sent <speaker_asr.live.stats.SessionStats.sent>`, and a
+        segment's speaker for the final pass)."""
         await self._send(event)
-        self._count_sent(event)
-
-    def _count_sent(self, event) -> None:
-        """Commit times (each item's latency to its ``completed``), items by outcome, each
-        item's transcript (for its ``conversation.item.done``) and, for a final pass, the
-        segments with their speakers."""
-        if isinstance(event, Committed):
-            self._committed_at[event.item_id] = time.monotonic()
-        elif isinstance(event, (TranscriptionCompleted, TranscriptionFailed)):
-            status = "completed" if isinstance(event, TranscriptionCompleted) else "failed"
-            self.items[status] += 1
-            self._transcripts[event.item_id] = event.transcript if status == "completed" else None
-            committed = self._committed_at.pop(event.item_id, None)
-            if self.metrics is not None and committed is not None:
-                self.metrics.live_item(status, time.monotonic() - committed)
-        elif isinstance(event, TranscriptionSegment) and self.kept is not None:
-            self.live_spans.append((event.start, event.end, event.speaker))
+        self.stats.sent(event)
+        self.final.sent(event)
 
     async def wait_for_room(self) -> None:
         """Wait until the committed items' queue has room (see the module's docstring)."""
-        await self._room.wait()
+        await self.queue.wait_for_room()
 
     async def drain(self) -> None:
         """Wait until every committed item is done (tests, a client that commits and waits)."""
         await self.queue.join()
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+    @property
+    def clock(self) -> int:
+        """Samples appended since the session began (16 kHz)."""
+        return self.audio.clock
+
+    @property
+    def pending(self) -> int:
+        """Committed items not yet completed."""
+        return self.queue.pending
+
+    @property
+    def final_transcript(self) -> bool:
+        """Whether the session asks for a final pass at its end."""
+        return self.session.speaker_asr.final_transcript
 
     # -- client events -----------------------------------------------------------------------
 
@@ -242,81 +233,24 @@ class LiveSession:
 
     async def _update(self, event: SessionUpdate) -> None:
         session = self.session.apply(event.session, event.event_id)
-        config = session_config(session, self._capabilities(), event_id=event.event_id)
+        config = session_config(session, _capabilities(self.engine), event_id=event.event_id)
         options = session.speaker_asr
-        known = self.known
+        known = self.speakers.known
         if "known_speaker_names" in _given(event.session.speaker_asr):
-            known = await self._known(options, event.event_id)
-        if self.speakers is not None:
-            for name, vector in known.items():
-                if name not in self.known:
-                    try:
-                        self.speakers.add_known(name, vector)
-                    except ValueError as exc:
-                        raise ProtocolError(str(exc), param="session.speaker_asr.known_speaker_names",
-                                            event_id=event.event_id) from None
-            self.speakers.threshold = self._threshold(options)
-            self.speakers.max_speakers = options.max_speakers
-        self.known = known
+            known = await self.speakers.embed_known(options, event.event_id)
+        self.speakers.update(known, options, event.event_id)
         if session.format != self.session.format:
             self.decoder = FrameDecoder.for_format(session.format)
         vad_changed = session.turn_detection != self.session.turn_detection
         if config.language != self.config.language:
-            self.language.forget()
+            self.decoding.language.forget()
         self.session, self.config = session, config
-        self._keep_audio(options.final_transcript)
+        self.final.keep(options.final_transcript, self.audio.clock, self.engine.max_audio_seconds)
         if vad_changed:
-            await self._setup_vad()
-        await self.send(SessionUpdated(session=self.session))
-
-    def _keep_audio(self, final_transcript: bool) -> None:
-        """``final_transcript`` turned on: the audio is kept from here (at most ``max_kept_s`` and
-        the engine's ``max_audio_seconds``); turned off: what was kept is dropped."""
-        if final_transcript and self.kept is None:
-            limit = self.max_kept_s
-            most = self.engine.max_audio_seconds
-            if isinstance(most, (int, float)):
-                limit = min(limit, most)
-            self.kept, self.live_spans = KeptAudio(self.clock, int(limit * SAMPLE_RATE)), []
-        elif not final_transcript and self.kept is not None:
-            self.kept, self.live_spans = None, []
-
-    def _capabilities(self):
-        caps = self.engine.capabilities
-        return caps if caps is not None else ModelCapabilities()
-
-    async def _known(self, options, event_id: Optional[str]) -> dict[str, np.ndarray]:
-        names, refs = options.known_speaker_names, options.known_speaker_references
-        if not names:
-            return {}
-        if not self.engine.has_voices:
-            raise ProtocolError("known speakers need the diarization pipeline's voice model, and "
-                                "this server has none loaded", param="session.speaker_asr.known_speaker_names",
-                                event_id=event_id)
-
-        def embed_all():
-            return {name: self.engine.reference(i, name, ref) for i, (name, ref) in enumerate(zip(names, refs))}
-        try:
-            return await self.engine.run(embed_all)
-        except RequestError as exc:
-            raise ProtocolError(str(exc), param="session.speaker_asr.known_speaker_references",
-                                event_id=event_id) from None
-
-    def _threshold(self, options) -> float:
-        return options.speaker_match_threshold if options.speaker_match_threshold is not None \
-            else self.engine.match_threshold
-
-    async def _setup_vad(self) -> None:
-        vad = self.session.turn_detection
-        if vad is None:
-            self.detector = None
-            if self.item is not None:  # turning VAD off mid-speech: the audio stays in the buffer
+            await self.vad.setup(self.session.turn_detection, self.audio.clock)
+            if not self.vad.on:  # turning VAD off mid-speech: the audio stays in the buffer
                 self.item = None
-            return
-        if self.vad is None:
-            self.vad = await asyncio.to_thread(self.vad_factory)
-        self.vad.reset(self.clock)
-        self.detector = TurnDetector(vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms)
+        await self.send(SessionUpdated(session=self.session))
 
     # -- audio -------------------------------------------------------------------------------
 
@@ -331,208 +265,104 @@ class LiveSession:
             samples = self.decoder.decode(event.audio)
         except AudioFormatError as exc:
             raise ProtocolError.from_request_error(exc, event.event_id) from None
-        if self.detector is None and len(self.buffer) + len(samples) > MAX_ITEM_S * SAMPLE_RATE:
-            raise ProtocolError(f"The input audio buffer is full: it holds {len(self.buffer) / SAMPLE_RATE:.2f} s "
+        if not self.vad.on and len(self.audio) + len(samples) > MAX_ITEM_S * SAMPLE_RATE:
+            raise ProtocolError(f"The input audio buffer is full: it holds {len(self.audio) / SAMPLE_RATE:.2f} s "
                                 f"and an item is at most {MAX_ITEM_S:g} s (what Whisper sees at once). "
                                 "Commit the buffer (input_audio_buffer.commit) before appending more; "
                                 "this frame was dropped.", param="audio", code="input_audio_buffer_full",
                                 event_id=event.event_id)
         if not len(samples):
             return
-        self.buffer = np.concatenate([self.buffer, samples])
-        self.clock += len(samples)
-        if self.kept is not None:
-            self.kept.append(samples)
-        if self.metrics is not None:
-            self.metrics.live_audio(len(samples) / SAMPLE_RATE)
-        if self.detector is not None:
-            await self._vad(samples)
+        self.audio.append(samples)
+        self.final.heard(samples)
+        self.stats.heard(len(samples) / SAMPLE_RATE)
+        if self.vad.on:
+            await self._turns(samples)
 
-    async def _vad(self, samples: np.ndarray) -> None:
-        probs, first = self.vad.probabilities(samples)
-        for turn in self.detector.push(probs, first):
+    async def _turns(self, samples: np.ndarray) -> None:
+        """Server VAD over the appended ``samples``: items open at speech, close at its end (or
+        where another person takes over, or at :data:`~speaker_asr.live.items.MAX_ITEM_S`, the
+        speech going on in a new item); the growing item gets its looks and partials."""
+        audio = self.audio
+        for turn in self.vad.turns(samples):
             if turn.kind == "start":
-                start = max(turn.sample, self.buffer_start)
-                self._trim(start)
+                start = max(turn.sample, audio.start)
+                audio.trim(start)
                 self.item = Item(new_id("item"), start)
                 await self.send(SpeechStarted(audio_start_ms=_ms(start), item_id=self.item.id))
             elif self.item is not None:
                 item = self.item
                 item.speech_end = turn.sample
                 await self.send(SpeechStopped(audio_end_ms=_ms(turn.sample), item_id=item.id))
-                await self._commit(item, self.clock)
+                await self._commit(item, audio.clock)
         if self.item is None:  # silence: keep the prefix padding only
-            keep = self.detector.prefix + 2 * len(samples)
-            self._trim(max(self.buffer_start, self.clock - keep))
-        else:
-            item = self.item
-            if item.change_at is not None:  # another person took over: the item ends where they began
-                await self._split(item, item.change_at)
-            elif self.clock - item.start >= MAX_ITEM_S * SAMPLE_RATE:  # the longest item: split here
-                await self._split(item, self.clock)
-            else:
-                if self._labels_on():
-                    self.speaker_work.look(item, self.clock, self._audio)
-                self._maybe_partial(item)
-
-    async def _split(self, item: Item, at: int) -> None:
-        """The growing ``item`` ends at clock sample ``at`` and the speech goes on in a new one
-        (``speech_stopped`` + ``committed`` + ``speech_started``)."""
-        item.speech_end = at
-        await self.send(SpeechStopped(audio_end_ms=_ms(at), item_id=item.id))
-        await self._commit(item, at)
-        self.item = Item(new_id("item"), at)
-        await self.send(SpeechStarted(audio_start_ms=_ms(at), item_id=self.item.id))
-
-    def _labels_on(self) -> bool:
-        return bool(self.session.speaker_asr.speaker_labels) and self.engine.has_voices
-
-    def _trim(self, start: int) -> None:
-        """Drop the buffer's audio before clock sample ``start``."""
-        if start > self.buffer_start:
-            self.buffer = self.buffer[start - self.buffer_start:].copy()
-            self.buffer_start = start
-
-    def _audio(self, start: int, end: int) -> np.ndarray:
-        return self.buffer[max(0, start - self.buffer_start):max(0, end - self.buffer_start)]
+            keep = self.vad.detector.prefix + 2 * len(samples)
+            audio.trim(max(audio.start, audio.clock - keep))
+            return
+        item = self.item
+        cut = item.change_at  # another person took over: the item ends where they began
+        if cut is None and audio.clock - item.start >= MAX_ITEM_S * SAMPLE_RATE:
+            cut = audio.clock  # the longest item: split here
+        if cut is None:
+            if self.speakers.on(self.session.speaker_asr):
+                self.speaker_work.look(item, audio.clock, audio.audio)
+            self.decoding.maybe_partial(item, audio, self.vad.pause(audio.clock))
+            return
+        # the item ends at ``cut`` and the speech goes on in a new one
+        item.speech_end = cut
+        await self.send(SpeechStopped(audio_end_ms=_ms(cut), item_id=item.id))
+        await self._commit(item, cut)
+        self.item = Item(new_id("item"), cut)
+        await self.send(SpeechStarted(audio_start_ms=_ms(cut), item_id=self.item.id))
 
     async def _commit_manual(self, event_id: Optional[str]) -> None:
         if self.item is not None:  # server VAD mid-speech: the client commits what is there
             item = self.item
-            await self._commit(item, self.clock, event_id)
+            await self._commit(item, self.audio.clock, event_id)
             return
-        held_ms = len(self.buffer) * 1000.0 / SAMPLE_RATE
+        held_ms = self.audio.held_ms
         if held_ms < MIN_COMMIT_MS:
             await self.send(commit_empty_error(held_ms, event_id))
             return
-        await self._commit(Item(new_id("item"), self.buffer_start), self.clock, event_id)
+        await self._commit(Item(new_id("item"), self.audio.start), self.audio.clock, event_id)
 
     async def _commit(self, item: Item, end: int, event_id: Optional[str] = None) -> None:
-        audio = self._audio(item.start, end).copy()
+        audio = self.audio.audio(item.start, end).copy()
         if len(audio) * 1000.0 / SAMPLE_RATE < MIN_COMMIT_MS:
             if event_id is not None:
                 await self.send(commit_empty_error(len(audio) * 1000.0 / SAMPLE_RATE, event_id))
             self.item = None
             return
-        self._trim(end)
+        self.audio.trim(end)
         self.item = None
         item.end = end
-        self.language.heard(audio, self.config.language)
+        self.decoding.language.heard(audio, self.config.language)
         item.previous_id = self.previous_item_id
         await self.send(Committed(item_id=item.id, previous_item_id=item.previous_id))
         await self.send(ItemAdded(previous_item_id=item.previous_id, item=UserAudioItem.of(item.id)))
         self.previous_item_id = item.id
-        self._finals += 1
-        self.pending += 1
-        if self.pending >= MAX_PENDING_ITEMS:
-            self._room.clear()
-        self.queue.put_nowait((item, audio))
+        self.decoding.committed()
+        self.queue.put(item, audio)
 
     async def _clear(self) -> None:
-        if self.kept is not None:  # the final pass must not hear it either
-            self.kept.silence_from(self.buffer_start)
+        self.final.cleared(self.audio.start)  # the final pass must not hear it either
         self.decoder.flush()
-        self.buffer = np.zeros(0, dtype=np.float32)
-        self.buffer_start = self.clock
+        self.audio.clear()
         self.item = None
-        if self.detector is not None:
-            self.detector.reset()
-            self.vad.reset(self.clock)
+        self.vad.reset(self.audio.clock)
         await self.send(Cleared())
 
-    # -- decoding ----------------------------------------------------------------------------
-
-    def _maybe_partial(self, item: Item) -> None:
-        """A partial decode of the growing item when the model is free and one is due
-        (:func:`~speaker_asr.live.items.partial_due`); it is timed (word times, as the final
-        decode) and kept, as the final decode when it heard all the speech."""
-        if (self._partial is not None and not self._partial.done()) or self._finals or self.engine.busy():
-            return
-        pause = self.detector.pause(self.clock) if self.detector is not None else 0
-        if not partial_due(item, self.clock, pause, time.monotonic(), self._decoded):
-            return
-        audio = self._audio(max(item.start, self.clock - int(MAX_ITEM_S * SAMPLE_RATE)), self.clock).copy()
-        self._partial = asyncio.ensure_future(self._run_partial(item, audio, self.clock))
-
-    async def _run_partial(self, item: Item, audio: np.ndarray, end: int) -> None:
-        """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
-        whole = end - len(audio) == item.start  # the item from its start (not its last 30 s)
-        # a decode of the whole item is the draft of this one
-        previous = item.last_partial[1] if item.last_partial is not None and whole else None
-        started, cancel = time.monotonic(), threading.Event()
-        self._partial_of = (item, end, cancel)
-        try:
-            config = await self._item_config(item, audio)
-            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel))
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            if not cancel.is_set():
-                logger.warning("a partial decode failed (skipped)", exc_info=True)
-            return
-        finally:
-            self._partial_of = None
-            ended = time.monotonic()
-            self._decoded = (ended, ended - started)
-        if whole:  # the final may use it
-            item.last_partial = (end, decoded)
-        if self.item is not item:  # committed meanwhile: its final decode closes it
-            return
-        delta = item.agreement.update(decoded.words)
-        if delta:
-            await self.send(TranscriptionDelta(item_id=item.id, delta=delta.text))
-
-    async def _item_config(self, item: Item, audio: np.ndarray) -> InferenceConfig:
-        """The session's config, with the item's language where the session gives none and the
-        model is multilingual (:mod:`speaker_asr.live.language`): detected at the item's first
-        decode, the same for all its decodes."""
-        if item.language is None:
-            item.language = await self.language.for_item(
-                audio, self.config.language,
-                lambda heard: self.engine.run(lambda: self.engine.language(heard)))
-        if not item.language or item.language == self.config.language:
-            return self.config
-        return self.config.model_copy(update={"language": item.language})
-
-    async def _work(self) -> None:
-        """Committed items, in order: final decode, voice -> delta, completed, segment."""
-        while True:
-            item, audio = await self.queue.get()
-            try:
-                if self._partial is not None and not self._partial.done():
-                    running = self._partial_of
-                    if running is not None and not (running[0] is item and item.covers(running[1])):
-                        running[2].set()  # it cannot be this item's final decode: it stops now
-                    try:  # its delta goes out before the item's completion
-                        await asyncio.shield(self._partial)
-                    except Exception:
-                        pass
-                await self._finish(item, audio)
-                await self.send(ItemDone(previous_item_id=item.previous_id, item=UserAudioItem.of(
-                    item.id, self._transcripts.pop(item.id, None))))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a send that failed: the connection is going
-                logger.debug("live item not finished", exc_info=True)
-            finally:
-                del audio
-                self.pending -= 1
-                if self.pending < MAX_PENDING_ITEMS:
-                    self._room.set()
-                self.queue.task_done()
+    # -- a committed item --------------------------------------------------------------------
 
     async def _finish(self, item: Item, audio: np.ndarray) -> None:
         """The item's final decode -> its last ``delta`` and ``completed`` (sent as soon as the
-        text is there); then, with speaker labels on, who speaks in it -> its ``segment`` events."""
+        text is there); then, with speaker labels on, who speaks in it -> its ``segment`` events;
+        then ``conversation.item.done``. A failed decode: ``failed`` for it."""
+        await self.decoding.settle(item)
         options = self.session.speaker_asr
         seconds = len(audio) / SAMPLE_RATE
         try:
-            config = await self._item_config(item, audio)
-            decoded = item.final_decode()  # a partial decoded after its last speech: all of it
-            if decoded is None:
-                # (a partial that heard past the item's cut drafts the words before it all the same)
-                previous = item.last_partial[1] if item.last_partial is not None else None
-                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
+            decoded = await self.decoding.final(item, audio)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -540,19 +370,20 @@ class LiveSession:
             await self.send(TranscriptionFailed(item_id=item.id, error=FailureDetail(
                 type="server_error", code=None,
                 message="The server had an error while transcribing this item.")))
-            return
-        finally:
-            self._finals -= 1
-        finish = item.agreement.finish(decoded.words)
-        if finish.delta:
-            await self.send(TranscriptionDelta(item_id=item.id, delta=finish.delta))
-        transcript = decoded.text if not decoded.words else finish.transcript
-        await self.send(TranscriptionCompleted(item_id=item.id, transcript=transcript,
-                                               usage=DurationUsage(seconds=round(seconds, 3))))
-        if transcript and options.speaker_labels and self.engine.has_voices:
-            for event in await self.speaker_work.segments(item, audio, decoded, transcript, self._speakers(options),
-                                                          self.config, options.return_word_timestamps):
-                await self.send(event)
+        else:
+            finish = item.agreement.finish(decoded.words)
+            if finish.delta:
+                await self.send(TranscriptionDelta(item_id=item.id, delta=finish.delta))
+            transcript = decoded.text if not decoded.words else finish.transcript
+            await self.send(TranscriptionCompleted(item_id=item.id, transcript=transcript,
+                                                   usage=DurationUsage(seconds=round(seconds, 3))))
+            if transcript and self.speakers.on(options):
+                for event in await self.speaker_work.segments(
+                        item, audio, decoded, transcript, self.speakers.labels(options), self.config,
+                        options.return_word_timestamps):
+                    await self.send(event)
+        await self.send(ItemDone(previous_item_id=item.previous_id, item=UserAudioItem.of(
+            item.id, self.stats.transcript(item.id))))
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -560,16 +391,15 @@ class LiveSession:
         """``speaker_asr.session.finish``: commit what the buffer holds, finish every item, then
         the final pass if asked for. Returns how the session ended (:data:`FINISHED`,
         :data:`FINAL_PASS_FAILED`); the route closes the socket."""
-        if self.item is not None or (self.detector is None
-                                     and len(self.buffer) * 1000.0 / SAMPLE_RATE >= MIN_COMMIT_MS):
+        if self.item is not None or (not self.vad.on and self.audio.held_ms >= MIN_COMMIT_MS):
             await self._commit_manual(None)
         await self.drain()
-        kept, self.kept = self.kept, None
+        kept = self.final.take()
         if kept is None:
             return FINISHED
         try:
-            config = session_config(self.session, self._capabilities(), final_pass=True)
-            result = await run_final_pass(self.engine, kept, config, self._closed, self.live_spans)
+            config = session_config(self.session, _capabilities(self.engine), final_pass=True)
+            result = await run_final_pass(self.engine, kept, config, self._closed, self.final.spans)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -581,10 +411,10 @@ class LiveSession:
         await self.send(TranscriptDone(**done_event(result, segments=True)))
         return FINISHED
 
-    def _speakers(self, options) -> OnlineSpeakers:
-        if self.speakers is None:
-            self.speakers = OnlineSpeakers(self._threshold(options), options.max_speakers, known=self.known)
-        return self.speakers
+
+def _capabilities(engine: LiveEngine) -> ModelCapabilities:
+    caps = engine.capabilities
+    return caps if caps is not None else ModelCapabilities()
 
 
 def _ms(sample: int) -> int:

@@ -29,6 +29,7 @@ import numpy as np
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
 from speaker_asr.diarization.frames import speaker_change
+from speaker_asr.live.engine import LiveEngine
 from speaker_asr.live.items import LOOK_S, Item, activity_due
 from speaker_asr.live.labelling import item_speakers, segment_event, turns_by_diarization, turns_by_voice
 from speaker_asr.live.protocol import TranscriptionSegment
@@ -39,10 +40,9 @@ logger = logging.getLogger("server")
 
 
 class SpeakerWork:
-    """One session's speaker work over its ``engine`` (a
-    :class:`~speaker_asr.live.engine.LiveEngine` or a stand-in with its methods)."""
+    """One session's speaker work over its ``engine``."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: LiveEngine):
         self.engine = engine
         self.made = 0  # segment events made so far (their ids)
         self._look: Optional[asyncio.Task] = None
@@ -55,7 +55,9 @@ class SpeakerWork:
         is running; a hand-over sets the item's ``change_at``."""
         if self._no_activity or (self._look is not None and not self._look.done()):
             return
-        if activity_due(item, clock):
+        due = activity_due(item, clock)
+        if due is not None:
+            item.activity_at = due
             start = max(item.start, clock - int(LOOK_S * SAMPLE_RATE))
             self._look = asyncio.ensure_future(self._looked(item, start, audio(start, clock).copy()))
 

@@ -14,14 +14,18 @@ stops (OpenAI's ``server_vad``: ``threshold``, ``prefix_padding_ms``, ``silence_
   (never before what the session still holds: the caller clips it); ``stop`` is the end of the
   last speech window, sent once the silence has lasted ``silence_duration_ms``.
 
+:class:`SessionVad` holds the two for one session: the model made once, when the session first
+turns server VAD on, and a detector for its settings at each change.
+
 The detector is pure (no torch) and unit-tested with hand-made probabilities; the silero model is
 imported only when a session turns server VAD on.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import numpy as np
 
@@ -130,6 +134,49 @@ class SileroVad:
         self.model.reset_states()
         self._pending = np.zeros(0, dtype=np.float32)
         self._next = at_sample
+
+
+class SessionVad:
+    """One session's server VAD: ``factory()`` makes its model (a :class:`SileroVad`, or a
+    stand-in with ``probabilities`` and ``reset``), off its event loop, when the session first
+    turns server VAD on; :attr:`detector` follows the session's ``turn_detection`` (None: the
+    client commits)."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.factory = factory
+        self.model = None
+        self.detector: Optional[TurnDetector] = None
+
+    @property
+    def on(self) -> bool:
+        return self.detector is not None
+
+    async def setup(self, turn_detection, clock: int) -> None:
+        """The session's ``turn_detection`` (its ``server_vad`` settings, or None) from clock
+        sample ``clock`` on."""
+        if turn_detection is None:
+            self.detector = None
+            return
+        if self.model is None:
+            self.model = await asyncio.to_thread(self.factory)
+        self.model.reset(clock)
+        self.detector = TurnDetector(turn_detection.threshold, turn_detection.prefix_padding_ms,
+                                     turn_detection.silence_duration_ms)
+
+    def turns(self, samples: np.ndarray) -> list[TurnEvent]:
+        """The turns the appended ``samples`` start and stop (server VAD on)."""
+        probabilities, first = self.model.probabilities(samples)
+        return self.detector.push(probabilities, first)
+
+    def pause(self, clock: int) -> int:
+        """The open turn's silence so far (:meth:`TurnDetector.pause`); 0 without server VAD."""
+        return self.detector.pause(clock) if self.detector is not None else 0
+
+    def reset(self, clock: int) -> None:
+        """The buffer was cleared: no turn open, the model's stream anew from ``clock``."""
+        if self.detector is not None:
+            self.detector.reset()
+            self.model.reset(clock)
 
 
 def load_model(path: Optional[str] = None):

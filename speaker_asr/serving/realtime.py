@@ -203,13 +203,13 @@ class RealtimeRoute:
         """One line per session on the access log (speaker_asr/serving/logging_setup.py's JSON);
         its ``request_id`` is the session's id (a fresh one for a refusal), as every access
         line has one."""
-        session_id = session.session.id if session is not None else None
+        session_id = session.id if session is not None else None
         fields = {"path": REALTIME, "session_id": session_id, "outcome": outcome,
                   "total_ms": round((time.monotonic() - started) * 1000, 1)}
         if session is not None:
             fields.update(audio_seconds=round(session.clock / SAMPLE_RATE, 3),
-                          items_completed=session.items["completed"], items_failed=session.items["failed"],
-                          final_transcript=session.session.speaker_asr.final_transcript)
+                          items_completed=session.stats.items_completed, items_failed=session.stats.items_failed,
+                          final_transcript=session.final_transcript)
         if code is not None:
             fields["code"] = code
         access_logger.info("live session", extra={"fields": fields,
