@@ -1,6 +1,6 @@
 """OpenAI's shapes (speaker_asr/formats/openai_shapes.py) written from hand-made results, checked
 field by field; parsed into the official SDK's own types where it is installed; and the /v1 form
-reader (speaker_asr/serving/openai_api.py: ``parse_fields``) on hand-made forms."""
+reader (speaker_asr/serving/openai_form.py: ``parse_fields``) on hand-made forms."""
 
 from __future__ import annotations
 
@@ -211,13 +211,13 @@ def test_the_sdk_parses_every_shape_into_its_own_types():
 
 
 def form(*pairs, audio=b"RIFF....WAVE"):
-    from speaker_asr.serving.openai_api import Upload
+    from speaker_asr.serving.negotiation import Upload
 
     return [("file", Upload("a.wav", audio)), *pairs]
 
 
 def parse(*pairs, task="transcribe", **kwargs):
-    from speaker_asr.serving.openai_api import parse_fields
+    from speaker_asr.serving.openai_form import parse_fields
 
     return parse_fields(form(*pairs, **kwargs), task)
 
@@ -235,7 +235,7 @@ def refused(*pairs, param=None, fragments=(), task="transcribe"):
 
 
 def test_openai_fields_become_our_parameters():
-    from speaker_asr.serving.openai_api import Upload
+    from speaker_asr.serving.negotiation import Upload
 
     r = parse(("model", "whisper-1"), ("language", "en"), ("prompt", "1984"), ("temperature", "0"),
               ("response_format", "verbose_json"), ("timestamp_granularities[]", "word"),
@@ -275,8 +275,8 @@ def test_defaults_translations_keywords_languages_and_chunking_objects():
 
 
 def test_bad_forms_name_the_field_and_what_is_allowed():
-    from speaker_asr.serving.negotiation import HttpError
-    from speaker_asr.serving.openai_api import Upload, parse_fields
+    from speaker_asr.serving.negotiation import HttpError, Upload
+    from speaker_asr.serving.openai_form import parse_fields
 
     with pytest.raises(HttpError) as err:
         parse_fields([("model", "whisper-1")], "transcribe")
