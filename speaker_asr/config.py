@@ -24,7 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationI
 
 from speaker_asr.error_text import bounds_text, shown, too_many_channels_text, value_error_text
 from speaker_asr.errors import RequestError
-from speaker_asr.formats import FORMATS, TASKS
+from speaker_asr.formats import FORMATS, TASKS, first_temperature
 from speaker_asr.settings import DEFAULT_DIARIZATION_MODEL, DOCUMENTED_ASSISTANT_MODEL
 from speaker_asr.speaker_names import MAX_SPEAKERS, validate_speaker_names
 from speaker_asr.types import (ASSIST_BATCH_SIZE, ASSIST_CHANNELS, ASSIST_LONG_AUDIO, ASSIST_NO_ASSISTANT,
@@ -214,7 +214,7 @@ class InferenceConfig(BaseModel):
                 raise ValueError(f"long_form 'sequential' uses Whisper's own {MAX_CHUNK_LENGTH_S:g} s "
                                  f"window; got chunk_length_s={self.chunk_length_s:g} (leave it out, "
                                  "or use long_form 'chunked')")
-        if self.assisted is True and temps[0] != 0:
+        if self.assisted is True and first_temperature(self.temperature) != 0:
             raise ValueError("assisted decoding is greedy: the first temperature must be 0")
         if self.speaker_names is not None:
             validate_speaker_names(self.speaker_names)
@@ -327,12 +327,11 @@ class InferenceConfig(BaseModel):
         60 s), decoding is greedy, no batch size above 1 was asked for and the channels are not
         decoded side by side (``multichannel``). With
         ``long_form='sequential'`` both run one window at a time, so any length is eligible."""
-        first_temperature = self.temperature[0] if isinstance(self.temperature, list) else self.temperature
         if not has_assistant:
             return ASSIST_NO_ASSISTANT
         if duration_s > self.chunk_length_s and self.long_form != "sequential":
             return ASSIST_LONG_AUDIO
-        if first_temperature != 0:
+        if first_temperature(self.temperature) != 0:
             return ASSIST_SAMPLING
         if self.batch_size not in (None, 1):
             return ASSIST_BATCH_SIZE

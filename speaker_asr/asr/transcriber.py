@@ -29,6 +29,7 @@ from speaker_asr.asr.hallucination import drop_hallucinations, looping
 from speaker_asr.config import DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S, InferenceConfig, ModelCapabilities
 from speaker_asr.settings import ModelSettings
 from speaker_asr.compat import dtype_kwarg, transformers_major
+from speaker_asr.formats import first_temperature
 from speaker_asr.patches.draft_decoding import DRAFT, PROPOSED, DraftTokens, draft_allowed
 from speaker_asr.patches.scope import RequestScope
 from speaker_asr.progress import AsrWindows, ProgressCallback
@@ -261,9 +262,8 @@ class WhisperTranscriber:
         if isinstance(cfg.temperature, list) and len(cfg.temperature) > 1:
             kwargs["temperature"] = tuple(cfg.temperature)
             kwargs["do_sample"] = False  # the first pass stays greedy; retries sample
-        elif (cfg.temperature if not isinstance(cfg.temperature, list) else cfg.temperature[0]) > 0:
-            kwargs["temperature"] = float(cfg.temperature if not isinstance(cfg.temperature, list)
-                                          else cfg.temperature[0])
+        elif first_temperature(cfg.temperature) > 0:
+            kwargs["temperature"] = first_temperature(cfg.temperature)
             kwargs["do_sample"] = True
         for name in ("compression_ratio_threshold", "logprob_threshold", "no_speech_threshold"):
             if getattr(cfg, name) is not None:

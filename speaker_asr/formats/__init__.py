@@ -63,7 +63,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 )}
 TASKS: tuple[str, ...] = ("transcribe", "translate")
 
-__all__ = ["FORMATS", "TASKS", "Format", "Options", "render", "render_response"]
+__all__ = ["FORMATS", "TASKS", "Format", "Options", "first_temperature", "render", "render_response"]
 
 
 def render(response: Union[Result, dict], fmt: str, *, speaker_names: Optional[list[str]] = None,

@@ -74,8 +74,9 @@ class Options:
 
 
 def first_temperature(temperature: Union[float, Sequence[float]]) -> float:
-    """The temperature a request decoded with first: itself, or the first of its fallback list
-    (what verbose_json's segments carry)."""
+    """The temperature a request decodes with first: itself, or the first of its fallback list
+    (what verbose_json's segments carry, and what decides whether the first pass samples and
+    whether the assistant may draft)."""
     if isinstance(temperature, (list, tuple)):
         return float(temperature[0]) if temperature else 0.0
     return float(temperature)

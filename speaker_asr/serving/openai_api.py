@@ -36,10 +36,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from speaker_asr.errors import RequestError
+from speaker_asr.formats import first_temperature
 from speaker_asr.formats.openai_shapes import (EVENT_STREAM_MEDIA_TYPE, SSE_KEEPALIVE, TEXT_MEDIA_TYPE,
                                                ModelCard, Options, error_object, model_list, render,
                                                sse, stream_events)
-from speaker_asr.formats._common import first_temperature
 from speaker_asr.models import Models
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.redaction import scrub
