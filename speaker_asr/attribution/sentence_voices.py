@@ -7,9 +7,10 @@ more often, and a longer, cleaner stretch of it. So, after the words have their 
 
 1. :func:`voice_units` cuts the words into sentences (at a sentence end, a pause over
    :data:`PAUSE_S`, or where the word's speaker changes); those spanning at least
-   :data:`MIN_UNIT_S` are embedded with the diarization's own embedding model (by the caller:
-   the model code stays out of this module) -- a speaker's only when it has enough of them to
-   compare, the others' only to place a group that moves;
+   :data:`MIN_UNIT_S` are embedded (their middle :data:`MAX_EMBED_S` at most) with the
+   diarization's own embedding model (by the caller: the model code stays out of this module)
+   -- a speaker's only when it has enough of them to compare, the others' only to place a group
+   that moves;
 2. :func:`regroup`: for each speaker with at least :data:`MIN_UNITS` embedded sentences, the
    sentences' voices are split in two by average linkage on cosine distance. Where the two groups
    are at least :data:`SPLIT_DISTANCE` apart and each holds :data:`MIN_GROUP_S` of distinct audio,
@@ -37,6 +38,9 @@ PAUSE_S = 0.5
 # the shortest sentence embedded (first word's start to last word's end): below a second an
 # embedding says more about the word than about the voice
 MIN_UNIT_S = 1.0
+# the most of a sentence embedded (its middle): a voice is as clear from 3 s as from 10, and the
+# embedding's time grows with the audio it is given, so a long sentence costs no more than this
+MAX_EMBED_S = 3.0
 # embedded sentences a speaker needs before its voices are compared: two cannot tell which of
 # them is the odd one
 MIN_UNITS = 3
@@ -81,6 +85,12 @@ def voice_units(words: Sequence[Word]) -> list[Unit]:
                             words[first].speaker))
             first = i + 1
     return out
+
+
+def embedded_span(unit: Unit) -> tuple[float, float]:
+    """The stretch of ``unit`` that is embedded: all of it, or its middle :data:`MAX_EMBED_S`."""
+    spare = max(0.0, (unit.end - unit.start) - MAX_EMBED_S) / 2
+    return unit.start + spare, unit.end - spare
 
 
 def _distinct_seconds(units: Sequence[Unit]) -> float:
@@ -182,11 +192,11 @@ def _new_label(speakers: Sequence[str], count: int) -> str:
 def speakers_by_sentence(words: Sequence[Word],
                          embed: Callable[[list[tuple[float, float]]], list[Optional[np.ndarray]]],
                          max_speakers: Optional[int] = None) -> list[Word]:
-    """:func:`voice_units` -> ``embed`` (the spans of the sentences long enough to compare; a
-    unit vector or None for each) -> :func:`regroup`."""
+    """:func:`voice_units` -> ``embed`` (the :func:`embedded_span` of each sentence long enough to
+    compare; a unit vector or None for each) -> :func:`regroup`."""
     units = voice_units(words)
 
     def vectors(ks: list[int]) -> list[Optional[np.ndarray]]:
-        return list(embed([(units[k].start, units[k].end) for k in ks]))
+        return list(embed([embedded_span(units[k]) for k in ks]))
 
     return regroup(words, units, vectors, max_speakers)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from speaker_asr.attribution.sentence_voices import (MIN_UNIT_S, regroup, speakers_by_sentence,
-                                                     voice_units)
+from speaker_asr.attribution.sentence_voices import (MAX_EMBED_S, MIN_UNIT_S, regroup,
+                                                     speakers_by_sentence, voice_units)
 from speaker_asr.types import Word
 
 A, B = "SPEAKER_00", "SPEAKER_01"
@@ -56,6 +56,16 @@ def test_a_speaker_holding_two_voices_is_split_and_short_sentences_are_not_embed
     assert all(b - a >= MIN_UNIT_S for a, b in embed.asked)
     assert [w.text for w in out] == [w.text for w in words]
     assert [(w.start, w.end) for w in out] == [(w.start, w.end) for w in words]
+
+
+def test_a_long_sentence_is_embedded_from_its_middle_only():
+    # sentences of 20 words (8 s) and one of 5 (2 s): the embedding's time grows with its audio
+    words = sentences((0, A, 20), (10, A, 20), (20, A, 20), (30, A, 5))
+    embed = embedder(lambda t: _unit(0.0))
+    speakers_by_sentence(words, embed)
+    assert [(round(a, 6), round(b, 6)) for a, b in embed.asked] == [
+        (2.5, 5.5), (12.5, 15.5), (22.5, 25.5), (30.0, 32.0)]
+    assert all(b - a <= MAX_EMBED_S + 1e-9 for a, b in embed.asked)
 
 
 def test_the_odd_sentences_go_to_the_speaker_they_sound_like():
