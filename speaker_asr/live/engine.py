@@ -42,28 +42,17 @@ class LiveEngine(Protocol):
     (one of the calls below) on the model thread or the diarization thread and await it; a call
     cancelled while it waits is dropped before it runs."""
 
-    # -- what is loaded
-    @property
-    def model_name(self) -> str: ...
-
-    @property
-    def capabilities(self) -> Optional[ModelCapabilities]: ...
-
-    @property
-    def has_voices(self) -> bool: ...
-
-    @property
-    def match_threshold(self) -> float: ...
-
-    @property
-    def max_audio_seconds(self) -> Optional[float]: ...
-
-    @property
-    def multilingual(self) -> bool: ...
-
-    def busy(self) -> bool: ...
+    # -- what is loaded (read only)
+    model_name: str
+    capabilities: Optional[ModelCapabilities]
+    has_voices: bool
+    match_threshold: float  # SPEAKER_MATCH_THRESHOLD: for a session that sets none
+    max_audio_seconds: Optional[float]  # MAX_AUDIO_SECONDS: the most a final pass keeps
+    multilingual: bool
 
     # -- where a call runs
+    def busy(self) -> bool: ...  # whether the model thread has a call running or waiting
+
     async def run(self, fn: Callable[[], Any]) -> Any: ...
 
     async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any: ...
