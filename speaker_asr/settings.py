@@ -143,6 +143,16 @@ DEFAULT_MAX_SESSIONS = 4
 DEFAULT_LIVE_MAX_SESSION_S = 3600  # OpenAI's Realtime sessions last 60 minutes at most
 # one append's audio: 1 MiB is 21 s of 24 kHz PCM (clients send 20-100 ms); OpenAI allows 15 MiB
 DEFAULT_LIVE_MAX_FRAME_BYTES = 1024 * 1024
+# a session without audio holds one of MAX_SESSIONS' places: two minutes leave a push-to-talk
+# client (manual commits) its pauses, and free the place of one that connected and went quiet
+DEFAULT_LIVE_IDLE_TIMEOUT_S = 120.0
+# a server event that cannot go out for this long (the socket's buffers full: the client reads
+# nothing) ends the session; a client that reads at all takes an event within milliseconds
+DEFAULT_LIVE_SEND_TIMEOUT_S = 10.0
+# at SIGTERM, requests the model is on get this long to finish (live sessions are closed at once,
+# with an error event): with the live closes' 2 s the process is gone within 10 s, before an
+# orchestrator's own grace (Kubernetes: 30 s) sends SIGKILL
+DEFAULT_SHUTDOWN_GRACE_S = 5.0
 MIN_API_KEY_CHARS = 16
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
@@ -174,6 +184,17 @@ class ServerSettings(BaseSettings):
     live_max_frame_bytes: int = Field(DEFAULT_LIVE_MAX_FRAME_BYTES, ge=1024, le=15 * 1024 * 1024,
                                       description="largest audio of one input_audio_buffer.append, "
                                                   "in bytes (before base64)")
+    live_idle_timeout_s: float = Field(DEFAULT_LIVE_IDLE_TIMEOUT_S, gt=0, le=7 * 24 * 3600,
+                                       description="seconds a live session may go without audio while the "
+                                                   "server waits for it before it is closed (an error "
+                                                   "event with code session_idle_timeout)")
+    live_send_timeout_s: float = Field(DEFAULT_LIVE_SEND_TIMEOUT_S, gt=0, le=3600,
+                                       description="seconds a server event may wait to go out to a client "
+                                                   "that reads nothing before its session is closed (code "
+                                                   "client_not_reading)")
+    shutdown_grace_s: float = Field(DEFAULT_SHUTDOWN_GRACE_S, ge=0, le=3600,
+                                    description="seconds the requests in progress get to finish at SIGTERM "
+                                                "(live sessions are closed at once, code server_shutting_down)")
     log_level: Literal[LOG_LEVELS] = Field("info", description="'debug' also logs health checks")
 
     @field_validator("host", mode="before")
@@ -230,6 +251,8 @@ class ServerSettings(BaseSettings):
                         allowed = f"use one of {', '.join(LOG_LEVELS)}"
                     elif info is not None and info.annotation is int:
                         allowed = f"use a whole number {bounds_text(info)}"
+                    elif info is not None and info.annotation is float:
+                        allowed = f"use a number of seconds {bounds_text(info)}"
                     else:
                         allowed = text
                     text = f"{name}{value} is not valid: {allowed}"

@@ -38,6 +38,7 @@ check. Both transcription routes run :class:`~speaker_asr.serving.request_path.R
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -63,7 +64,9 @@ from speaker_asr.serving.metrics import Metrics
 from speaker_asr.serving.negotiation import HttpError, read_request
 from speaker_asr.serving.request_path import (ErrorBody, PreparedCall, RequestPath,
                                               exception_handlers, request_info)
+from speaker_asr.serving.live_limits import LiveLimits
 from speaker_asr.serving.realtime import RealtimeRoute
+from speaker_asr.serving.ws_protocol import live_protocol
 from speaker_asr.serving.runner import ModelRunner
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (the path the toolkit would pass)
@@ -96,11 +99,13 @@ def _metric_path(path: str) -> str:
 class RequestContextMiddleware:
     """Per request: an id (the caller's X-Request-Id when it is sane, else a new one) in the
     ``X-Request-Id`` response header, metrics, one JSON log line, and a JSON 500 for anything
-    that escapes the endpoint."""
+    that escapes the endpoint. ``stopping``: set when the server stops (:func:`serve`); a request
+    its stop cuts (``SHUTDOWN_GRACE_S`` passed) is answered 503 saying so."""
 
-    def __init__(self, app, metrics: Metrics):
+    def __init__(self, app, metrics: Metrics, stopping: Optional[asyncio.Event] = None):
         self.app = app
         self.metrics = metrics
+        self.stopping = stopping
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -144,6 +149,20 @@ class RequestContextMiddleware:
                     await response(scope, counting_receive, send_with_id)
                 except Exception:  # the client is gone
                     pass
+        except asyncio.CancelledError:
+            # uvicorn cancels what is still running when the shutdown's grace is over: tell the
+            # client why (uvicorn itself would answer a bare 500) and let the task end
+            if self.stopping is None or not self.stopping.is_set() or info["status"] is not None:
+                raise
+            message = (f"the server is shutting down: this request was still running after "
+                       f"SHUTDOWN_GRACE_S and was stopped (request id {request_id}); send it again")
+            info["error"] = message
+            body = (openai_api.error_body if path.startswith(openai_api.PREFIX + "/") else plain_error_body)(
+                HttpError(503, message, code="server_shutting_down"), message)
+            try:
+                await JSONResponse(body, status_code=503)(scope, counting_receive, send_with_id)
+            except Exception:  # the client is gone
+                pass
         finally:
             seconds = time.perf_counter() - started
             status = info["status"] if info["status"] is not None else 499
@@ -296,7 +315,8 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
         exception_handlers=exception_handlers(plain_error_body),
     )
     realtime = RealtimeRoute(runner, key, settings.max_sessions, settings.live_max_session_s,
-                             settings.live_max_frame_bytes, metrics=metrics)
+                             settings.live_max_frame_bytes, metrics=metrics,
+                             limits=LiveLimits(settings.live_idle_timeout_s, settings.live_send_timeout_s))
     v1 = Starlette(
         routes=openai_api.OpenAIRoutes(path, keepalive_s).routes() + realtime.routes(),
         middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=openai_api.error_body)],
@@ -304,7 +324,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     )
     app = Starlette(
         routes=[Mount(openai_api.PREFIX, app=v1), Mount("", app=root)],
-        middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
+        middleware=[Middleware(RequestContextMiddleware, metrics=metrics, stopping=realtime.stopping)],
         lifespan=lifespan,
     )
     app.state.runner = runner
@@ -325,17 +345,37 @@ def ws_max_size(settings: ServerSettings) -> int:
 
 def serve(host: Optional[str] = None, port: Optional[int] = None) -> None:
     """Run the server with uvicorn (one process: the model is loaded once); ``host`` and
-    ``port`` win over HOST and PORT."""
-    import uvicorn
-
+    ``port`` win over HOST and PORT. Its stop: :func:`uvicorn_server`."""
     given = {"host": host, "port": port}
     settings = server_settings(**{name: value for name, value in given.items() if value is not None})
     configure_logging(settings.log_level)
-    app = create_app(settings=settings)
+    uvicorn_server(create_app(settings=settings), settings).run()
+
+
+def uvicorn_server(app: Starlette, settings: ServerSettings):
+    """The uvicorn server :func:`serve` runs ``app`` (:func:`create_app`'s) with. At SIGTERM (or
+    Ctrl-C; or ``should_exit``) it stops listening, closes every live session at once (an
+    ``error`` event, code ``server_shutting_down``, and close 1012), gives the requests in
+    progress ``SHUTDOWN_GRACE_S`` to finish (then answers them 503: RequestContextMiddleware)
+    and returns. A WebSocket whose client reads nothing is dropped rather than waited for
+    (speaker_asr/serving/ws_protocol.py)."""
+    import uvicorn
+
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None,
                             access_log=False, log_level=settings.log_level, lifespan="on",
-                            server_header=False, ws_max_size=ws_max_size(settings))
-    uvicorn.Server(config).run()
+                            server_header=False, ws_max_size=ws_max_size(settings),
+                            ws=live_protocol() or "auto", timeout_graceful_shutdown=settings.shutdown_grace_s)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            # the live sessions first, while the app can still say why: uvicorn's own shutdown
+            # closes every WebSocket with 1012 and no word (and would wait on their routes)
+            for listening in self.servers:
+                listening.close()
+            await app.state.realtime.shut_down()
+            await super().shutdown(sockets)
+
+    return Server(config)
 
 
 def __getattr__(name: str):

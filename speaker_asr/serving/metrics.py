@@ -26,8 +26,11 @@ BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 LIVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 # how a live session ended (speaker_asr/serving/realtime.py): the client closed the socket (or a
 # send failed), speaker_asr.session.finish (with its final pass, or that pass failed),
-# LIVE_MAX_SESSION_S reached, a fault of the server's
-LIVE_OUTCOMES = ("client_closed", "finished", "final_pass_failed", "expired", "failed")
+# LIVE_MAX_SESSION_S reached, a fault of the server's; and the bounds of
+# speaker_asr/serving/live_limits.py: no audio for LIVE_IDLE_TIMEOUT_S, a client that reads
+# nothing (LIVE_SEND_TIMEOUT_S), the server's stop
+LIVE_OUTCOMES = ("client_closed", "finished", "final_pass_failed", "expired", "failed", "idle",
+                 "client_not_reading", "server_shutdown")
 
 
 class Metrics:
@@ -60,7 +63,8 @@ class Metrics:
         self.live_ended = Counter(
             "asr_live_sessions_ended",
             "Live sessions ended, by outcome: client_closed, finished (speaker_asr.session.finish), "
-            "final_pass_failed, expired (LIVE_MAX_SESSION_S), failed (a server fault).",
+            "final_pass_failed, expired (LIVE_MAX_SESSION_S), failed (a server fault), idle "
+            "(LIVE_IDLE_TIMEOUT_S), client_not_reading (LIVE_SEND_TIMEOUT_S), server_shutdown (SIGTERM).",
             ["outcome"], registry=self.registry)
         self.live_refused = Counter(
             "asr_live_sessions_refused",

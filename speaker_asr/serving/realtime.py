@@ -20,7 +20,10 @@ that leaves (or a send that fails) ends the session: its pending model calls are
 final pass, with ``final_transcript``) while the route keeps reading the socket -- to see a
 client that leaves meanwhile, whose work is then dropped -- and the route closes with 1000.
 The finishing is not cut by ``LIVE_MAX_SESSION_S``: it is bounded work on audio already
-received.
+received. A session also ends on the bounds of speaker_asr/serving/live_limits.py (every event
+goes out through its :class:`~speaker_asr.serving.live_limits.SessionGuard`): no audio for
+``LIVE_IDLE_TIMEOUT_S``, a client that reads nothing (``LIVE_SEND_TIMEOUT_S``), the server's stop
+(:meth:`RealtimeRoute.shut_down`).
 
 Every session (and every refusal) ends with one JSON line on the ``server.access`` logger, as a
 request does (``live session``: its id, how it ended, seconds of audio, items, ``total_ms``;
@@ -43,6 +46,8 @@ from speaker_asr.live.protocol import ProtocolError
 from speaker_asr.live.engine import RunnerEngine
 from speaker_asr.live.session import LiveSession
 from speaker_asr.serving.api_key import ApiKey, bearer
+from speaker_asr.serving.live_limits import CLOSE_WAIT_S, LiveLimits, SessionGuard
+from speaker_asr.settings import DEFAULT_LIVE_IDLE_TIMEOUT_S, DEFAULT_LIVE_SEND_TIMEOUT_S
 
 logger = logging.getLogger("server")
 access_logger = logging.getLogger("server.access")
@@ -57,8 +62,11 @@ class RealtimeRoute:
     """The route and the count of open sessions."""
 
     def __init__(self, runner, api_key: Optional[str], max_sessions: int, max_session_s: float,
-                 max_frame_bytes: int, vad_factory=None, metrics=None):
+                 max_frame_bytes: int, vad_factory=None, metrics=None, limits: Optional[LiveLimits] = None):
         self.runner = runner
+        # the idle and send bounds, and the server's stop (speaker_asr/serving/live_limits.py)
+        self.limits = limits or LiveLimits(DEFAULT_LIVE_IDLE_TIMEOUT_S, DEFAULT_LIVE_SEND_TIMEOUT_S)
+        self.stopping = asyncio.Event()
         self.metrics = metrics  # speaker_asr.serving.metrics.Metrics, or None
         self.engine = RunnerEngine(runner)
         self.key = ApiKey(api_key)
@@ -110,17 +118,12 @@ class RealtimeRoute:
         self.open += 1
         if self.metrics is not None:
             self.metrics.live_session_started()
-        lock = asyncio.Lock()
-
-        async def send(event) -> None:
-            async with lock:
-                await websocket.send_text(event.to_text())
-
-        session = LiveSession(send, self.engine, self.vad_factory, self.max_frame_chars,
+        guard = SessionGuard(websocket, self.limits, self.stopping)
+        session = LiveSession(guard.send, self.engine, self.vad_factory, self.max_frame_chars,
                               metrics=self.metrics, max_kept_s=self.max_session_s)
         outcome = "client_closed"
         try:
-            outcome = await self._serve(websocket, session)
+            outcome = await guard.run(self._serve(websocket, session), session)
         except (WebSocketDisconnect, RuntimeError, OSError):
             outcome = "client_closed"  # a send or a receive on a closed socket
         except Exception:
@@ -134,6 +137,14 @@ class RealtimeRoute:
             if self.metrics is not None:
                 self.metrics.live_session_ended(outcome)
             self._log(session, outcome, started)
+
+    async def shut_down(self, wait_s: float = CLOSE_WAIT_S + 1.0) -> None:
+        """The server stops: every open session gets its error event (``server_shutting_down``)
+        and a close (1012); returns once they have ended, or after ``wait_s``."""
+        self.stopping.set()
+        deadline = time.monotonic() + wait_s
+        while self.open and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
     def _refusal(self, websocket: WebSocket) -> Optional[tuple[str, str, int, str]]:
         """Why this connection gets no session: (error code, message, close code, error type)."""

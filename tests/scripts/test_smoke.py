@@ -433,3 +433,35 @@ def test_reliability_run_all(env, tmp_path):
     assert "decoder fuzz: inputs 24 (seed 0), crashes 0" in summary and "long audio 0.25 min (real models" in summary
     assert summary.rstrip().endswith("overall: ok"), summary
     assert set(json.loads((tmp_path / "all.json").read_text())) == {"matrix", "fuzz", "load", "long"}
+
+
+@heavy
+def test_live_load(env, kit, tmp_path):
+    """reliability/live_load.py on the stand-in kit's models (through REAL_MODELS_DIR) with real
+    speech (pyannote.audio's own sample, so silero-vad hears turns): every phase runs, its checks
+    pass (exit 0: every fault answered by an error event or a close code, nothing lost, no
+    session left open, SIGTERM's exit within 10 s), and the table and the JSON say so."""
+    from pathlib import Path as _Path
+
+    import pyannote.audio
+
+    sample = _Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
+    out = run([sys.executable, "reliability/live_load.py", "--models", "real", "--audio", str(sample),
+               "--seconds", "10", "--max-ratio", "100", "--work", str(tmp_path / "work"),
+               "--json", str(tmp_path / "live.json")], env)
+    rows = table_rows(out, "| phase | what | items completed / committed | speech end -> completed p50 / p95 s "
+                           "| speaker lag p50 / p95 s | file request p50 / p95 s (n) "
+                           "| server RSS start / peak / end MB | faults seen | problems |")
+    assert [r[0] for r in rows] == ["alone", "concurrent", "mixed", "flood", "malformed", "no_read", "disconnect",
+                                    "idle", "sigterm"], out
+    assert all(r[-1] == "0" for r in rows), out
+    assert re.search(r"^live_load: phases=9 problems=0 ", out, re.M), out
+    doc = json.loads((tmp_path / "live.json").read_text())
+    phases = {p["name"]: p for p in doc["phases"]}
+    assert doc["passed"] and doc["models"] == "real" and doc["sessions"] == 2
+    assert phases["concurrent"]["extra"]["over_limit"] == {"errors": ["session_limit_reached"], "close_code": 1013}
+    assert phases["malformed"]["extra"]["over_ws_limit_close"] == 1009
+    assert phases["idle"]["extra"]["errors"] == ["session_idle_timeout"]
+    assert phases["no_read"]["extra"]["server_outcome"] in ("client_not_reading", "idle")
+    sigterm = phases["sigterm"]["extra"]
+    assert sigterm["exit_s"] < 10 and all(s["close_code"] == 1012 for s in sigterm["sessions"]), sigterm

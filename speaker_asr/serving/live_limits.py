@@ -1,0 +1,176 @@
+"""The bounds a live session (speaker_asr/serving/realtime.py) keeps against clients that stop
+taking part, and the server's own stop: :class:`SessionGuard`, one per session.
+
+* **A client that reads nothing.** Every server event goes out through :meth:`SessionGuard.send`,
+  one at a time. Once the connection's buffers are full (the kernel's socket buffers, then
+  uvicorn's, which stops taking messages above its high-water mark), a send waits; one that has
+  waited ``LIVE_SEND_TIMEOUT_S`` ends the session (``client_not_reading``): what the server holds
+  for a stuck client stays what those buffers hold, and its place among ``MAX_SESSIONS`` is given
+  back. (A client that stops reading at a trickle of events is closed sooner by the WebSocket
+  keepalive: uvicorn pings every 20 s and closes with 1011 when no pong comes within 20 s.)
+* **A client that sends no audio.** ``LIVE_IDLE_TIMEOUT_S`` without an appended sample, while the
+  server is waiting for the client (not while it has items in hand or holds back reading, nor
+  while the session finishes), ends the session (``session_idle_timeout``).
+* **The server stopping** (SIGTERM: :func:`speaker_asr.serving.app.serve`): every session ends at
+  once (``server_shutting_down``, close 1012, "service restart": reconnect later).
+
+A session that ends so gets an ``error`` event saying why and what is allowed, then a close with
+its code; both are given :data:`CLOSE_WAIT_S` at most (a client that reads nothing takes neither).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Awaitable
+
+from speaker_asr.live.protocol import SERVER_ERROR, ProtocolError
+
+# the error event and the close of a session that ends on a bound: a client that reads nothing
+# takes neither, so they may not hold the route (nor the server's stop) longer than this
+CLOSE_WAIT_S = 2.0
+WATCH_INTERVAL_S = 0.25  # how often the idle clock is read
+POLICY_VIOLATION, SERVICE_RESTART = 1008, 1012
+# how a session that ended on a bound is counted (speaker_asr/serving/metrics.py's LIVE_OUTCOMES)
+IDLE, NOT_READING, SHUTDOWN = "idle", "client_not_reading", "server_shutdown"
+
+
+class ClientNotReading(Exception):
+    """A server event waited ``LIVE_SEND_TIMEOUT_S`` to go out: the client reads nothing."""
+
+
+@dataclass(frozen=True)
+class LiveLimits:
+    """``LIVE_IDLE_TIMEOUT_S`` and ``LIVE_SEND_TIMEOUT_S`` (speaker_asr/settings.py)."""
+
+    idle_timeout_s: float
+    send_timeout_s: float
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """Why a session ended on a bound: how it is counted, the error event's code, type and
+    message, and the close code."""
+
+    outcome: str
+    code: str
+    kind: str
+    message: str
+    close_code: int
+
+
+def idle_end(limits: LiveLimits) -> SessionEnd:
+    return SessionEnd(IDLE, "session_idle_timeout", "invalid_request_error",
+                      f"No audio came for {limits.idle_timeout_s:g} seconds (LIVE_IDLE_TIMEOUT_S): the session "
+                      "is closed. Send input_audio_buffer.append events while the session is open (silence "
+                      "counts), or connect again when there is audio.", 1000)
+
+
+def not_reading_end(limits: LiveLimits) -> SessionEnd:
+    return SessionEnd(NOT_READING, "client_not_reading", "invalid_request_error",
+                      f"The server could not send an event for {limits.send_timeout_s:g} seconds "
+                      "(LIVE_SEND_TIMEOUT_S): the client reads nothing. Read the server's events as they "
+                      "come; the session is closed.", POLICY_VIOLATION)
+
+
+SHUTDOWN_END = SessionEnd(SHUTDOWN, "server_shutting_down", SERVER_ERROR,
+                          "The server is shutting down: the session is closed. Connect again (to this "
+                          "server once it is back, or to another).", SERVICE_RESTART)
+
+
+class SessionGuard:
+    """One session's sends and bounds over its Starlette ``websocket``: :meth:`send` (the
+    session's way out), and :meth:`run`, which runs the route's serving of the session until it
+    ends by itself or a bound ends it first. ``stopping``: the route's event set when the
+    server stops."""
+
+    def __init__(self, websocket, limits: LiveLimits, stopping: asyncio.Event):
+        self.websocket = websocket
+        self.limits = limits
+        self.stopping = stopping
+        self._lock = asyncio.Lock()
+        self._stuck = asyncio.Event()  # a send timed out
+        self.closed = False  # the session's end was decided: nothing more goes out but it
+
+    async def send(self, event) -> None:
+        """One server event; :class:`ClientNotReading` when it waited ``LIVE_SEND_TIMEOUT_S``
+        (and for every send after that: the session is ending)."""
+        if self._stuck.is_set() or self.closed:
+            raise ClientNotReading("the session is closing")
+        async with self._lock:
+            try:
+                await asyncio.wait_for(self.websocket.send_text(event.to_text()), self.limits.send_timeout_s)
+            except asyncio.TimeoutError:
+                self._stuck.set()
+                raise ClientNotReading(f"a send waited {self.limits.send_timeout_s:g} s") from None
+
+    async def run(self, serving: Awaitable[str], session) -> str:
+        """``serving`` (the route's loop over the session's messages; it returns how the session
+        ended) until it returns, or until a bound ends the session first: then it is cancelled,
+        the client gets the error event and the close, and the bound's outcome is returned."""
+        task = asyncio.ensure_future(serving)
+        watch = asyncio.ensure_future(self._watch(session))
+        try:
+            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done() and not self._stuck.is_set():
+                try:
+                    return task.result()
+                except ClientNotReading:  # a send of the route's own timed out
+                    pass
+            end = not_reading_end(self.limits) if self._stuck.is_set() or not watch.done() else watch.result()
+        finally:
+            watch.cancel()
+        # asyncio.wait_for before Python 3.12 returns its result instead of raising when the
+        # cancel comes as its awaitable finishes (the route's wait for room does): cancel again
+        # until the serving has stopped, for a bounded time (the close below ends it anyway)
+        for _ in range(int(CLOSE_WAIT_S / 0.05)):
+            if task.done():
+                break
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.05)
+        if task.done() and not task.cancelled():
+            task.exception()  # cancelled, or the send that timed out: nobody reads it
+        await self.close(end)
+        return end.outcome
+
+    async def _watch(self, session) -> SessionEnd:
+        """The first bound the session reaches: a send that timed out, the server's stop, or
+        ``LIVE_IDLE_TIMEOUT_S`` without audio while the server waits for the client."""
+        stuck = asyncio.ensure_future(self._stuck.wait())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            clock, quiet_since = session.clock, time.monotonic()
+            while True:
+                done, _ = await asyncio.wait({stuck, stop}, timeout=WATCH_INTERVAL_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stuck in done:
+                    return not_reading_end(self.limits)
+                if stop in done:
+                    return SHUTDOWN_END
+                now = time.monotonic()
+                # audio came, or the server has items in hand (it may be holding back reading)
+                # or is finishing the session: the client is not idle
+                if session.clock != clock or session.pending or session.ending is not None:
+                    clock, quiet_since = session.clock, now
+                elif now - quiet_since >= self.limits.idle_timeout_s:
+                    return idle_end(self.limits)
+        finally:
+            stuck.cancel()
+            stop.cancel()
+
+    async def close(self, end: SessionEnd) -> None:
+        """The error event saying why, then the close, each within :data:`CLOSE_WAIT_S` (a client
+        that reads nothing takes neither: the server (speaker_asr/serving/ws_protocol.py) then
+        drops the connection at the close)."""
+        self.closed = True
+        if not self._stuck.is_set():
+            event = ProtocolError(end.message, code=end.code, type=end.kind).event()
+            try:
+                await asyncio.wait_for(self.websocket.send_text(event.to_text()), CLOSE_WAIT_S)
+            except Exception:  # gone, or reading nothing: the close is tried all the same
+                pass
+        try:
+            await asyncio.wait_for(self.websocket.close(end.close_code, end.code), CLOSE_WAIT_S)
+        except Exception:
+            pass
