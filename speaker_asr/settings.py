@@ -153,6 +153,11 @@ DEFAULT_LIVE_SEND_TIMEOUT_S = 10.0
 # with an error event): with the live closes' 2 s the process is gone within 10 s, before an
 # orchestrator's own grace (Kubernetes: 30 s) sends SIGKILL
 DEFAULT_SHUTDOWN_GRACE_S = 5.0
+# what a live session reads ahead of its transcription while the model is behind (its queue of
+# items full): reading answers the client's WebSocket pings, which go unanswered once the server
+# stops reading (websockets' clients give up after 20 s). 4 MiB is 45 s of 24 kHz PCM in base64
+# per session, past which the client's socket holds the rest (TCP backpressure)
+DEFAULT_LIVE_READ_AHEAD_BYTES = 4 * 1024 * 1024
 MIN_API_KEY_CHARS = 16
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
@@ -192,6 +197,10 @@ class ServerSettings(BaseSettings):
                                        description="seconds a server event may wait to go out to a client "
                                                    "that reads nothing before its session is closed (code "
                                                    "client_not_reading)")
+    live_read_ahead_bytes: int = Field(DEFAULT_LIVE_READ_AHEAD_BYTES, ge=0, le=256 * 1024 * 1024,
+                                       description="bytes of messages a live session reads ahead while the "
+                                                   "model is behind (its items' queue full) before the server "
+                                                   "stops reading the client")
     shutdown_grace_s: float = Field(DEFAULT_SHUTDOWN_GRACE_S, ge=0, le=3600,
                                     description="seconds the requests in progress get to finish at SIGTERM "
                                                 "(live sessions are closed at once, code server_shutting_down)")
@@ -203,7 +212,7 @@ class ServerSettings(BaseSettings):
         return v.strip() if isinstance(v, str) else v
 
     @field_validator("port", "max_body_bytes", "max_queue", "max_sessions", "live_max_session_s",
-                     "live_max_frame_bytes", mode="before")
+                     "live_max_frame_bytes", "live_read_ahead_bytes", mode="before")
     @classmethod
     def _whole_number(cls, v):
         # 100_000_000 reads as written; anything but digits is refused by the int field

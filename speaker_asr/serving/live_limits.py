@@ -13,6 +13,11 @@ taking part, and the server's own stop: :class:`SessionGuard`, one per session.
   while the session finishes), ends the session (``session_idle_timeout``).
 * **The server stopping** (SIGTERM: :func:`speaker_asr.serving.app.serve`): every session ends at
   once (``server_shutting_down``, close 1012, "service restart": reconnect later).
+* **A server that is behind.** While a session's queue of items is full the route takes no
+  message; :class:`ReadAhead` goes on reading the connection for it, up to
+  ``LIVE_READ_AHEAD_BYTES``, and only then stops (TCP backpressure: the rest waits in the
+  client's socket). Reading is what answers the client's WebSocket pings: a client whose pings go
+  unanswered gives up (websockets' default: after 20 s) and loses the items still in hand.
 
 A session that ends so gets an ``error`` event saying why and what is allowed, then a close with
 its code; both are given :data:`CLOSE_WAIT_S` at most (a client that reads nothing takes neither).
@@ -21,11 +26,13 @@ its code; both are given :data:`CLOSE_WAIT_S` at most (a client that reads nothi
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from dataclasses import dataclass
 from typing import Awaitable
 
 from speaker_asr.live.protocol import SERVER_ERROR, ProtocolError
+from speaker_asr.settings import DEFAULT_LIVE_READ_AHEAD_BYTES
 
 # the error event and the close of a session that ends on a bound: a client that reads nothing
 # takes neither, so they may not hold the route (nor the server's stop) longer than this
@@ -42,10 +49,62 @@ class ClientNotReading(Exception):
 
 @dataclass(frozen=True)
 class LiveLimits:
-    """``LIVE_IDLE_TIMEOUT_S`` and ``LIVE_SEND_TIMEOUT_S`` (speaker_asr/settings.py)."""
+    """``LIVE_IDLE_TIMEOUT_S``, ``LIVE_SEND_TIMEOUT_S`` and ``LIVE_READ_AHEAD_BYTES``
+    (speaker_asr/settings.py)."""
 
     idle_timeout_s: float
     send_timeout_s: float
+    read_ahead_bytes: int = DEFAULT_LIVE_READ_AHEAD_BYTES
+
+
+class ReadAhead:
+    """A session's messages, read from its Starlette ``websocket`` ahead of the route: at most
+    ``max_bytes`` of them wait here (a message is counted by its length); past that the reading
+    stops until the route takes one (:meth:`get`). The disconnect (or a receive that failed) is
+    the last message."""
+
+    def __init__(self, websocket, max_bytes: int):
+        self.websocket = websocket
+        self.max_bytes = max_bytes
+        self.held = 0  # what waits here, in bytes (characters of a text message)
+        self._messages: collections.deque = collections.deque()
+        self._arrived = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._task = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            await self._room.wait()
+            try:
+                message = await self.websocket.receive()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the connection is gone
+                message = {"type": "websocket.disconnect", "code": 1006}
+            size = len(message.get("text") or message.get("bytes") or b"")
+            self._messages.append((message, size))
+            self.held += size
+            if self.held >= self.max_bytes:
+                self._room.clear()
+            self._arrived.set()
+            if message["type"] == "websocket.disconnect":
+                return
+
+    async def get(self) -> dict:
+        """The next message (ASGI's ``websocket.receive`` or ``websocket.disconnect``)."""
+        while not self._messages:
+            self._arrived.clear()
+            await self._arrived.wait()
+        message, size = self._messages.popleft()
+        self.held -= size
+        if self.held < self.max_bytes:
+            self._room.set()
+        return message
+
+    def close(self) -> None:
+        self._task.cancel()
+        self._messages.clear()
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from speaker_asr.live.protocol import ProtocolError
 from speaker_asr.live.engine import RunnerEngine
 from speaker_asr.live.session import LiveSession
 from speaker_asr.serving.api_key import ApiKey, bearer
-from speaker_asr.serving.live_limits import CLOSE_WAIT_S, LiveLimits, SessionGuard
+from speaker_asr.serving.live_limits import CLOSE_WAIT_S, LiveLimits, ReadAhead, SessionGuard
 from speaker_asr.settings import DEFAULT_LIVE_IDLE_TIMEOUT_S, DEFAULT_LIVE_SEND_TIMEOUT_S
 
 logger = logging.getLogger("server")
@@ -173,6 +173,8 @@ class RealtimeRoute:
         """The session's messages until it ends; how it ended (metrics.LIVE_OUTCOMES)."""
         deadline = time.monotonic() + self.max_session_s
         await session.start()
+        # read on while the session holds back, so that the client's pings are answered
+        inbox = ReadAhead(websocket, self.limits.read_ahead_bytes)
         receiving: Optional[asyncio.Future] = None
         try:
             while True:
@@ -183,7 +185,7 @@ class RealtimeRoute:
                     except asyncio.TimeoutError:
                         return await self._expire(websocket, session)
                 if receiving is None:
-                    receiving = asyncio.ensure_future(websocket.receive())
+                    receiving = asyncio.ensure_future(inbox.get())
                 waiters = {receiving} if ending is None else {receiving, ending}
                 done, _ = await asyncio.wait(
                     waiters, timeout=None if ending is not None else max(0.0, deadline - time.monotonic()),
@@ -202,6 +204,7 @@ class RealtimeRoute:
         finally:
             if receiving is not None and not receiving.done():
                 receiving.cancel()
+            inbox.close()
 
     async def _expire(self, websocket: WebSocket, session: LiveSession) -> str:
         await session.close()

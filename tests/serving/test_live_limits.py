@@ -190,13 +190,51 @@ def test_a_session_that_ends_by_itself_keeps_its_outcome():
     assert outcome == "finished" and ws.sent == [] and ws.closed == []
 
 
+def test_the_connection_is_read_ahead_of_a_session_that_holds_back_but_only_so_far():
+    """While the route takes no message (the session's queue of items is full), ReadAhead goes on
+    reading for it (what answers the client's pings) up to LIVE_READ_AHEAD_BYTES, then stops:
+    the rest stays in the client's socket. Every message comes out, in order."""
+    from speaker_asr.serving.live_limits import ReadAhead
+
+    class Incoming:
+        def __init__(self, count):
+            self.left = [{"type": "websocket.receive", "text": f"{i:04d}" + "x" * 996} for i in range(count)]
+            self.read = 0
+
+        async def receive(self):
+            if not self.left:
+                await asyncio.Event().wait()
+            self.read += 1
+            return self.left.pop(0) if self.left else {"type": "websocket.disconnect", "code": 1000}
+
+    async def main():
+        incoming = Incoming(50)
+        inbox = ReadAhead(incoming, max_bytes=10_000)
+        await asyncio.sleep(0.1)  # the route holds back: nothing taken
+        held_back = incoming.read, inbox.held
+        texts = []
+        for _ in range(50):
+            texts.append((await inbox.get())["text"][:4])
+        inbox.close()
+        return held_back, texts
+
+    (read, held), texts = asyncio.run(main())
+    assert read == 10 and held == 10_000  # ten messages of 1000 characters read ahead, no more
+    assert texts == [f"{i:04d}" for i in range(50)]
+
+
 def test_the_bounds_are_settings_that_say_what_is_allowed(monkeypatch):
     from speaker_asr.settings import ServerSettings
 
-    for var in ("LIVE_IDLE_TIMEOUT_S", "LIVE_SEND_TIMEOUT_S", "SHUTDOWN_GRACE_S"):
+    for var in ("LIVE_IDLE_TIMEOUT_S", "LIVE_SEND_TIMEOUT_S", "SHUTDOWN_GRACE_S", "LIVE_READ_AHEAD_BYTES"):
         monkeypatch.delenv(var, raising=False)
     s = ServerSettings.from_env()
     assert (s.live_idle_timeout_s, s.live_send_timeout_s, s.shutdown_grace_s) == (120.0, 10.0, 5.0)
+    assert s.live_read_ahead_bytes == 4 * 1024 * 1024
+    monkeypatch.setenv("LIVE_READ_AHEAD_BYTES", "1.5MB")
+    with pytest.raises(ValueError, match=r"LIVE_READ_AHEAD_BYTES='1.5MB' is not valid: use a whole number >= 0"):
+        ServerSettings.from_env()
+    monkeypatch.delenv("LIVE_READ_AHEAD_BYTES")
     monkeypatch.setenv("LIVE_IDLE_TIMEOUT_S", "2.5")
     monkeypatch.setenv("SHUTDOWN_GRACE_S", "0")
     s = ServerSettings.from_env()
