@@ -158,7 +158,7 @@ def run_stages(which: str, h, audio_path: Path, sampler: RssSampler, result: dic
 
     def embed(spans: list[tuple[float, float]]) -> list:
         spans_embedded.append(len(spans))
-        return [h.models.diarizer.embed(audio[int(a * SR):int(b * SR)]) for a, b in spans]
+        return h.models.diarizer.embed_spans(audio, spans)
 
     words = [w for s in attributed.segments for w in s.words]
     voiced = sampler.wrap("voices", speakers_by_sentence)(words, embed, config.num_speakers or config.max_speakers)

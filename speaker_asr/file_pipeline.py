@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -122,11 +122,8 @@ class FilePipeline:
             return None
 
         def embed_spans(spans: list[tuple[float, float]]) -> list:
-            def run() -> list[Any]:
-                return [diarizer.embed(audio[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)])
-                        for a, b in spans]
             try:
-                return self.diarization.call(run)
+                return self.diarization.call(diarizer.embed_spans, audio, spans)
             except Exception:
                 logger.exception("sentence voices: the embedding failed; the speakers stay as found")
                 return [None] * len(spans)

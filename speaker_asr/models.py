@@ -80,6 +80,8 @@ class Diarizer(Protocol):
 
     def embed(self, audio: np.ndarray) -> Optional[np.ndarray]: ...
 
+    def embed_spans(self, audio: np.ndarray, spans: list[tuple[float, float]]) -> list[Optional[np.ndarray]]: ...
+
     def reference(self, index: int, name: str, clip: Any) -> np.ndarray: ...
 
     def activity(self, audio: np.ndarray) -> Optional[Activity]: ...
@@ -137,6 +139,11 @@ class PyannoteDiarizer:
         from speaker_asr.diarization.embeddings import embed_clip
 
         return embed_clip(self.voices.model, audio)
+
+    def embed_spans(self, audio: np.ndarray, spans: list[tuple[float, float]]) -> list[Optional[np.ndarray]]:
+        """The voice of each ``(start, end)`` span of ``audio`` (seconds; the sentences whose
+        voices check the speakers), as :meth:`embed` gives it."""
+        return [self.embed(audio[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)]) for a, b in spans]
 
     def activity(self, audio: np.ndarray) -> Optional[Activity]:
         from speaker_asr.diarization.pipeline import frame_activity
