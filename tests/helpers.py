@@ -117,6 +117,18 @@ class ServerProcess(testing_server.ServerProcess):
                     f"{self.log()[-4000:]}")
 
 
+@contextmanager
+def running_server(name: str, env: dict, log_dir: Path):
+    """A :class:`ServerProcess` once its /health answers 200 (the test fails if it never does),
+    stopped on leaving."""
+    server = ServerProcess(name, env, log_dir)
+    try:
+        server.wait_health(lambda status, body: status == 200)
+        yield server
+    finally:
+        server.stop()
+
+
 def server_env(tiny_models, **overrides) -> dict:
     env = tiny_env(tiny_models, HF_TOKEN=FAKE_TOKEN, MAX_BODY_BYTES=str(MAX_BODY), LOG_LEVEL="info",
                    PYTHONUNBUFFERED="1")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import FAKE_TOKEN, ROOT, ServerProcess, cli_env, encode, server_env, tone
+from helpers import FAKE_TOKEN, ROOT, cli_env, encode, running_server, server_env, tone
 
 pytestmark = pytest.mark.subprocess
 
@@ -251,12 +251,8 @@ def test_ctrl_c_stops_after_the_recording_in_hand(tiny_models, copies, tmp_path)
 
 @pytest.fixture(scope="module")
 def server(tiny_models, tmp_path_factory):
-    s = ServerProcess("batch", server_env(tiny_models), tmp_path_factory.mktemp("server-logs"))
-    try:
-        s.wait_health(lambda status, body: status == 200)
+    with running_server("batch", server_env(tiny_models), tmp_path_factory.mktemp("server-logs")) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def test_url_writes_the_same_bytes_as_the_run_in_process(tiny_models, local, archive, server, tmp_path):

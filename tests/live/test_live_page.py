@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import HTTP, ServerProcess, server_env
+from helpers import HTTP, running_server, server_env
 
 pytestmark = pytest.mark.subprocess
 
@@ -47,13 +47,9 @@ CHROMIUM_ARGS = ["--use-fake-ui-for-media-stream", "--use-fake-device-for-media-
 
 @pytest.fixture(scope="module")
 def server(tiny_models, tmp_path_factory):
-    server = ServerProcess("live-page", server_env(tiny_models, API_KEY=KEY),
-                           tmp_path_factory.mktemp("live-page-logs"))
-    try:
-        server.wait_health(lambda status, body: status == 200)
+    with running_server("live-page", server_env(tiny_models, API_KEY=KEY),
+                        tmp_path_factory.mktemp("live-page-logs")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import ServerProcess, parse_metrics, server_env, tone, wait_until
+from helpers import parse_metrics, running_server, server_env, tone, wait_until
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
@@ -25,13 +25,9 @@ KEY = "sk-live-0123456789abcdef-SECRET"
 
 @pytest.fixture(scope="module")
 def live(tiny_models, tmp_path_factory):
-    server = ServerProcess("realtime", server_env(tiny_models, API_KEY=KEY, MAX_SESSIONS="1"),
-                           tmp_path_factory.mktemp("realtime-logs"))
-    try:
-        server.wait_health(lambda status, body: status == 200)
+    with running_server("realtime", server_env(tiny_models, API_KEY=KEY, MAX_SESSIONS="1"),
+                        tmp_path_factory.mktemp("realtime-logs")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def ws_url(server, intent: str = "transcription") -> str:

@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from helpers import ServerProcess, encode, free_port, parse_metrics, server_env, tone, wait_until
+from helpers import (ServerProcess, encode, free_port, parse_metrics, running_server, server_env, tone,
+                     wait_until)
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
@@ -265,14 +266,10 @@ def receive(ws, timeout: float = 60) -> dict:
 
 @pytest.fixture(scope="module")
 def bounded(tiny_models, tmp_path_factory):
-    server = ServerProcess("live-limits", server_env(tiny_models, MAX_SESSIONS="1", LIVE_IDLE_TIMEOUT_S="6",
-                                                     LIVE_SEND_TIMEOUT_S="2"),
-                           tmp_path_factory.mktemp("live-limits-logs"))
-    try:
-        server.wait_health(lambda status, body: status == 200)
+    with running_server("live-limits", server_env(tiny_models, MAX_SESSIONS="1", LIVE_IDLE_TIMEOUT_S="6",
+                                                  LIVE_SEND_TIMEOUT_S="2"),
+                        tmp_path_factory.mktemp("live-limits-logs")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def open_session(server):

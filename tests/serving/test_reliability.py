@@ -33,8 +33,8 @@ import numpy as np
 import pytest
 import requests
 
-from helpers import (FAKE_TOKEN, SAMPLE_RATE, ServerProcess, b64, check_error, encode,
-                     parse_metrics, record, server_env, session, tone)
+from helpers import (FAKE_TOKEN, SAMPLE_RATE, ServerProcess, b64, check_error, encode, parse_metrics,
+                     record, running_server, server_env, session, tone)
 from speaker_asr.testing.tiny_models import build_pyannote_pipeline
 
 # every test here starts the server (or the command line) as a process
@@ -63,12 +63,8 @@ def reliability_env(tiny_models, pyannote: Path, **overrides) -> dict:
 def srv(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("reliability")
     pyannote = build_pyannote_pipeline(root / "pyannote-xvector", embedding="xvector")  # a cheap embedding
-    server = ServerProcess("reliability", reliability_env(tiny_models, pyannote), root)
-    try:
-        server.wait_health(lambda status, body: status == 200)
+    with running_server("reliability", reliability_env(tiny_models, pyannote), root) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def send(server: ServerProcess, request: dict, http: Optional[requests.Session] = None
