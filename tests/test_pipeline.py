@@ -138,3 +138,27 @@ def test_the_sentences_voices_are_embedded_on_the_diarization_model_and_a_fault_
 
     broken = Models(handler.models.asr, PyannoteDiarizer(diarizer.pipeline, Crashing()))
     assert broken._file_pipeline._sentence_embedder(audio, found)([(0.0, 3.0)]) == [None]
+
+
+def test_a_decode_with_a_token_limit_leaves_no_warning_in_the_log(handler):
+    """Every live decode has a token limit, and Whisper checkpoints set ``max_length``: the
+    log must not get transformers' "both set" warning once per decode."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    kept = Kept()
+    source = logging.getLogger("transformers.generation.utils")
+    source.addHandler(kept)
+    try:
+        assert handler.models.asr.model.generation_config.max_length is not None
+        handler.models.decode(two_voices()[:int(2.0 * 16000)], config(language="en"), max_new_tokens=5)
+    finally:
+        source.removeHandler(kept)
+    assert not [m for m in kept.messages if "seem to have been set" in m], kept.messages

@@ -112,6 +112,20 @@ def _word(c: dict) -> Word:
     return Word(c.get("text", ""), *_times(c))
 
 
+class _TokenLimitNotice(logging.Filter):
+    """Drops transformers' warning that ``max_new_tokens`` and ``max_length`` are both set:
+    Whisper checkpoints' generation config sets ``max_length`` (448), a call with a token limit
+    (``MAX_NEW_TOKENS``, every live decode) sets ``max_new_tokens``, which wins as intended; the
+    warning would come once per decode."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("`max_new_tokens`" in message and "seem to have been set" in message)
+
+
+_TOKEN_LIMIT_NOTICE = _TokenLimitNotice()
+
+
 def _clear_forced_decoder_ids(model) -> None:
     """Drop the hub checkpoints' legacy ``forced_decoder_ids`` (the language / task /
     no-timestamps prompt, e.g. tiny.en's ``[[1, <|notimestamps|>]]``): Whisper's generate builds
@@ -183,6 +197,7 @@ class WhisperTranscriber:
         self.default_batch_size = DEFAULT_BATCH_SIZE if str(device).startswith("cuda") \
             else DEFAULT_CPU_BATCH_SIZE
         self.max_new_tokens = settings.max_new_tokens
+        logging.getLogger("transformers.generation.utils").addFilter(_TOKEN_LIMIT_NOTICE)  # a no-op when added before
         self.processor = AutoProcessor.from_pretrained(settings.asr_model, token=token)
         self.model = WhisperForConditionalGeneration.from_pretrained(
             settings.asr_model, token=token, attn_implementation="sdpa", low_cpu_mem_usage=True,
