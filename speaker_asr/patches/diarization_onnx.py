@@ -85,6 +85,8 @@ def _onnx_session(module, example, names, dynamic):
     session_options = onnxruntime.SessionOptions()
     session_options.intra_op_num_threads = max(1, torch.get_num_threads())
     session_options.inter_op_num_threads = 1
+    # its threads sleep between runs instead of spinning: the decodes run beside on the same cores
+    session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(buffer.getvalue(), session_options,
                                            providers=["CPUExecutionProvider"])
 
