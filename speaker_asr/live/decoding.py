@@ -81,9 +81,11 @@ class DecodeScheduler:
             return
         item.partial_at, item.paused_at = due.partial_at, due.paused_at
         audio = buffer.audio(max(item.start, clock - int(MAX_ITEM_S * SAMPLE_RATE)), clock).copy()
-        self.partial = asyncio.ensure_future(self._run_partial(item, audio, clock))
+        # one made in a pause may be the utterance's final decode: another session's final does
+        # not stop it
+        self.partial = asyncio.ensure_future(self._run_partial(item, audio, clock, preemptible=pause == 0))
 
-    async def _run_partial(self, item: Item, audio: np.ndarray, end: int) -> None:
+    async def _run_partial(self, item: Item, audio: np.ndarray, end: int, preemptible: bool = True) -> None:
         """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
         whole = end - len(audio) == item.start  # the item from its start (not its last 30 s)
         # a decode of the whole item is the draft of this one
@@ -92,7 +94,8 @@ class DecodeScheduler:
         self._running = PartialRun(item, end, cancel)
         try:
             config = await self.item_config(item, audio)
-            decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel))
+            with self.engine.partial_decoding(cancel, preemptible):
+                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -128,10 +131,12 @@ class DecodeScheduler:
         """Before the committed ``item``'s final decode: a running partial that cannot be its
         final decode stops now; one that can is awaited, and its delta goes out before the
         item's completion."""
+        running = self._running
+        own_final = running is not None and running.item is item and item.covers(running.end)
+        self.engine.preempt_partials(keep=running.cancel if own_final else None)
         if self.partial is None or self.partial.done():
             return
-        running = self._running
-        if running is not None and not (running.item is item and item.covers(running.end)):
+        if running is not None and not own_final:
             running.cancel.set()
         try:
             await asyncio.shield(self.partial)

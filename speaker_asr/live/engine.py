@@ -13,8 +13,9 @@ limits on a decode and the item's speakers in the session's terms. The tests' en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, ContextManager, Optional, Protocol
 
 import numpy as np
 
@@ -57,6 +58,16 @@ class LiveEngine(Protocol):
 
     async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any: ...
 
+    # -- the sessions' partial decodes, across sessions (the model thread is theirs together)
+    def partial_decoding(self, cancel: threading.Event, preemptible: bool = True) -> ContextManager[None]:
+        """Held while a partial decode waits for the model thread or runs on it;
+        :meth:`preempt_partials` stops a ``preemptible`` one (sets ``cancel``)."""
+        return contextlib.nullcontext()
+
+    def preempt_partials(self, keep: Optional[threading.Event] = None) -> None:
+        """An item's final decode is next: every preemptible partial decode in hand (of any
+        session) but ``keep`` stops at its next token."""
+
     # -- the calls
     def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
                cancel: Optional[threading.Event] = None) -> Decoded: ...
@@ -82,6 +93,7 @@ class RunnerEngine(LiveEngine):
 
     def __init__(self, runner):
         self.runner = runner
+        self._partials: set[threading.Event] = set()  # the preemptible partial decodes in hand
 
     @property
     def models(self) -> Models:
@@ -136,6 +148,24 @@ class RunnerEngine(LiveEngine):
     async def run(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
         return await self.runner.call(fn)
+
+    @contextlib.contextmanager
+    def partial_decoding(self, cancel: threading.Event, preemptible: bool = True):
+        if not preemptible:
+            yield
+            return
+        self._partials.add(cancel)
+        try:
+            yield
+        finally:
+            self._partials.discard(cancel)
+
+    def preempt_partials(self, keep: Optional[threading.Event] = None) -> None:
+        # one session's final decode would wait behind another's partial (a draft of a growing
+        # utterance that can come later): with two sessions that wait was most of the latency
+        for cancel in list(self._partials):
+            if cancel is not keep:
+                cancel.set()
 
     async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the diarization thread, beside the model thread's decodes: an item's

@@ -659,6 +659,29 @@ def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     assert calls[1]["max_new_tokens"] == 324 and calls[1]["draft"].given is None  # no tokens kept
 
 
+def test_a_final_decode_stops_the_other_sessions_partials_but_not_one_that_may_be_a_final():
+    """Sessions share the model thread: when an item is committed, every session's partial
+    decode of a still growing utterance stops at its next token (it can be made again later;
+    the final should not wait behind it), but not a partial made in a pause, which may be its
+    own utterance's final decode, nor the committing session's own partial that can be its."""
+    import threading
+    import types
+
+    from speaker_asr.live.engine import RunnerEngine
+
+    engine = RunnerEngine(types.SimpleNamespace(models=None))
+    growing, paused, own = threading.Event(), threading.Event(), threading.Event()
+    with engine.partial_decoding(growing), engine.partial_decoding(paused, preemptible=False), \
+            engine.partial_decoding(own):
+        engine.preempt_partials(keep=own)
+    assert growing.is_set() and not paused.is_set() and not own.is_set()
+    ended = threading.Event()
+    with engine.partial_decoding(ended):
+        pass
+    engine.preempt_partials()
+    assert not ended.is_set()  # a partial that has ended is not in hand
+
+
 def loudness_activity(audio):
     """A stand-in segmentation: per 20 ms frame, local speaker 0 for a quiet voice, 1 for a loud one."""
     from speaker_asr.diarization.frames import Activity
