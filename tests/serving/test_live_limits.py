@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import signal
 import socket
 import threading
@@ -267,7 +268,7 @@ def receive(ws, timeout: float = 60) -> dict:
 @pytest.fixture(scope="module")
 def bounded(tiny_models, tmp_path_factory):
     with running_server("live-limits", server_env(tiny_models, MAX_SESSIONS="1", LIVE_IDLE_TIMEOUT_S="6",
-                                                  LIVE_SEND_TIMEOUT_S="2"),
+                                                  LIVE_SEND_TIMEOUT_S="2", LIVE_MAX_FRAME_BYTES="4096"),
                         tmp_path_factory.mktemp("live-limits-logs")) as server:
         yield server
 
@@ -303,6 +304,26 @@ def test_a_client_that_sends_no_audio_is_told_and_closed_and_its_place_given_bac
     assert 5.5 < waited < 40
     wait_until(lambda: metrics(bounded)['asr_live_sessions_ended_total{outcome="idle"}'] >= 1)
     open_session(bounded).close()  # MAX_SESSIONS=1: the place is free again
+
+
+@pytest.mark.subprocess
+def test_a_frame_over_live_max_frame_bytes_is_refused_and_the_session_goes_on(bounded):
+    """LIVE_MAX_FRAME_BYTES=4096: an append of 8 KiB of audio gets an error event naming the
+    setting and is dropped; the next frames are taken."""
+    big = json.dumps({"type": "input_audio_buffer.append", "event_id": "big",
+                      "audio": base64.b64encode(bytes(8192)).decode()})
+    with open_session(bounded) as ws:
+        ws.send(big)
+        error = receive(ws)
+        assert error["type"] == "error" and error["error"]["code"] == "invalid_value", error
+        assert "LIVE_MAX_FRAME_BYTES" in error["error"]["message"] and error["error"]["event_id"] == "big"
+        ws.send(SILENCE)
+        ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        answer = receive(ws)
+        # 20 ms are too little to commit: the buffer holds the small frame, not the big one's 170 ms
+        assert answer["type"] == "error" and answer["error"]["code"] == "input_audio_buffer_commit_empty", answer
+        held = float(re.search(r"only has ([\d.]+)ms", answer["error"]["message"]).group(1))
+        assert 15 < held < 25, answer
 
 
 @pytest.mark.subprocess
