@@ -315,10 +315,27 @@ class LiveSession:
         self.item = Item(new_id("item"), cut)
         await self.send(SpeechStarted(audio_start_ms=_ms(cut), item_id=self.item.id))
 
-    async def _commit_manual(self, event_id: Optional[str]) -> None:
-        if self.item is not None:  # server VAD mid-speech: the client commits what is there
-            item = self.item
-            await self._commit(item, self.audio.clock, event_id)
+    async def _commit_manual(self, event_id: Optional[str], by_client: bool = True) -> None:
+        """The client's commit (or the finish's: ``by_client=False``, which commits only). Under
+        server VAD mid-speech the item ends where the audio stands (``speech_stopped``,
+        ``committed``) and, the speaker
+        still speaking, the speech goes on in a new item (``speech_started``), as at an item's
+        longest: the turn detector opens no turn until this one stops, so without the new item
+        every word up to the next pause would be lost. A commit of less than
+        :data:`MIN_COMMIT_MS` is refused and the item goes on."""
+        item = self.item
+        if item is not None:
+            at = self.audio.clock
+            if by_client and (at - item.start) * 1000.0 / SAMPLE_RATE < MIN_COMMIT_MS:
+                await self.send(commit_empty_error((at - item.start) * 1000.0 / SAMPLE_RATE, event_id))
+                return
+            if by_client:
+                item.speech_end = at
+                await self.send(SpeechStopped(audio_end_ms=_ms(at), item_id=item.id))
+            await self._commit(item, at, event_id)
+            if by_client and self.vad.detector.speaking:
+                self.item = Item(new_id("item"), at)
+                await self.send(SpeechStarted(audio_start_ms=_ms(at), item_id=self.item.id))
             return
         held_ms = self.audio.held_ms
         if held_ms < MIN_COMMIT_MS:
@@ -392,7 +409,7 @@ class LiveSession:
         the final pass if asked for. Returns how the session ended (:data:`FINISHED`,
         :data:`FINAL_PASS_FAILED`); the route closes the socket."""
         if self.item is not None or (not self.vad.on and self.audio.held_ms >= MIN_COMMIT_MS):
-            await self._commit_manual(None)
+            await self._commit_manual(None, by_client=False)
         await self.drain()
         kept = self.final.take()
         if kept is None:

@@ -250,6 +250,31 @@ def test_a_long_utterance_is_split_at_30_s():
     assert kinds.count("completed") == 2
 
 
+def test_a_commit_mid_speech_under_server_vad_keeps_every_word_after_it():
+    """Push-to-talk clients commit while someone speaks: each commit ends an item where the audio
+    stands and the speech goes on in a new one, so the items together hold all the speech (the
+    fake decode: two words a second) and the last one still ends at the pause."""
+    audio = np.concatenate([silence(0.5), speech(10.0), silence(1.0)])
+    msgs = list(frames(audio))
+    commit = '{"type": "input_audio_buffer.commit", "event_id": "ptt"}'
+    for at in (175, 125, 75):  # 3 s, 2 s and 1 s into the speech (20-ms frames)
+        msgs.insert(at, commit)
+    sent = run_session(msgs)
+    kinds = types(sent)[2:]
+    assert "error" not in kinds, [e for e in sent if e["type"] == "error"]
+    assert kinds.count("committed") == 4 and kinds.count("speech_started") == 4
+    assert kinds.count("speech_stopped") == 4 and kinds.count("completed") == 4
+    completed = [e for e in sent if e["type"].endswith(".completed")]
+    seconds = sum(e["usage"]["seconds"] for e in completed)
+    assert 10.0 <= seconds <= 10.0 + 0.1 + 0.3 + 0.05  # the speech, its padding and the silence heard
+    words = sum(len(e["transcript"].split()) for e in completed)
+    assert words >= 2 * 10.0 - 4  # a word or so lost at each cut at most
+    started = [e["audio_start_ms"] for e in sent if e["type"].endswith("speech_started")]
+    stopped = [e["audio_end_ms"] for e in sent if e["type"].endswith("speech_stopped")]
+    assert started[1:] == stopped[:-1]  # each item begins where the one before ended
+    assert abs(stopped[-1] - 10_500) <= 40
+
+
 def test_manual_commit_clear_and_faults_keep_the_session_going():
     audio = speech(1.0)
     msgs = [*frames(audio), '{"type": "input_audio_buffer.commit"}',
@@ -591,6 +616,96 @@ def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
     assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "client_closed"}) == 1
     assert registry.get_sample_value("asr_live_items_total", {"status": "completed"}) == 1
     assert registry.get_sample_value("asr_live_audio_seconds_total") == pytest.approx(1.0)
+
+
+def test_a_client_that_leaves_while_the_route_waits_for_room_has_its_queued_items_dropped():
+    """Items committed faster than the model decodes them fill the session's queue and the route
+    holds back reading; the client's disconnect, read ahead meanwhile, ends the session at once:
+    the items still queued are never decoded for nobody."""
+    import threading
+
+    decoding, release = threading.Event(), threading.Event()
+
+    class SlowEngine(FakeEngine):
+        async def run(self, fn):
+            return await asyncio.to_thread(fn)
+
+        def decode(self, audio, config, previous=None, cancel=None):
+            decoding.set()
+            release.wait(10)
+            return super().decode(audio, config, previous, cancel)
+
+    engine = SlowEngine()
+    route, registry = route_with(engine)
+    socket = FakeSocket()
+
+    async def main():
+        serving = asyncio.ensure_future(route.endpoint(socket))
+        socket.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+        for _ in range(6):  # six items: one decoding, the queue full behind it
+            for m in frames(speech(0.5), ms=100):
+                socket.put(m)
+            socket.put('{"type": "input_audio_buffer.commit"}')
+        assert await asyncio.to_thread(decoding.wait, 10)
+        await asyncio.sleep(0.2)
+        socket.incoming.put_nowait({"type": "websocket.disconnect", "code": 1001})
+        await asyncio.wait_for(serving, 5)  # the route ends while the first decode still runs
+        release.set()
+        await asyncio.sleep(0.3)
+
+    asyncio.run(main())
+    assert len(engine.decodes) <= 1, engine.decodes
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "client_closed"}) == 1
+    assert route.open == 0
+
+
+def test_a_session_without_read_ahead_is_served_to_its_end():
+    """LIVE_READ_AHEAD_BYTES=0 (no reading ahead while the model is behind): items queue, the
+    route reads on as each is done, every item completes and the finish closes normally."""
+    from speaker_asr.serving.live_limits import LiveLimits
+
+    route, registry = route_with(FakeEngine())
+    route.limits = LiveLimits(idle_timeout_s=30.0, send_timeout_s=30.0, read_ahead_bytes=0)
+    socket = FakeSocket()
+    socket.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+        "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+    for _ in range(5):
+        for m in frames(speech(0.5), ms=100):
+            socket.put(m)
+        socket.put('{"type": "input_audio_buffer.commit"}')
+    socket.put(FINISH)
+
+    asyncio.run(asyncio.wait_for(route.endpoint(socket), 20))
+    assert types(socket.sent).count("completed") == 5 and socket.close_code == 1000
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "finished"}) == 1
+
+
+def test_an_expiry_on_a_client_that_reads_nothing_is_bounded_and_counted_as_expired():
+    route, registry = route_with(FakeEngine(), max_session_s=0.3)
+    route.limits = type(route.limits)(idle_timeout_s=30.0, send_timeout_s=30.0)
+    socket = FakeSocket()
+    stuck = asyncio.Event()
+
+    async def send_text(text):
+        if stuck.is_set():
+            await asyncio.Event().wait()  # reads nothing
+        socket.sent.append(json.loads(text))
+
+    socket.send_text = send_text
+
+    async def main():
+        serving = asyncio.ensure_future(route.endpoint(socket))
+        await asyncio.sleep(0.1)
+        stuck.set()
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(serving, 10)
+        return asyncio.get_running_loop().time() - started
+
+    took = asyncio.run(main())
+    assert took < 0.3 + 2 * 2.0 + 1.0  # the expiry, then the event and the close bounded (CLOSE_WAIT_S each)
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "expired"}) == 1
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "idle"}) == 0
 
 
 class MultilingualEngine(FakeEngine):
