@@ -161,7 +161,8 @@ def run_stages(which: str, h, audio_path: Path, sampler: RssSampler, result: dic
         return h.models.diarizer.embed_spans(audio, spans)
 
     words = [w for s in attributed.segments for w in s.words]
-    voiced = sampler.wrap("voices", speakers_by_sentence)(words, embed, config.num_speakers or config.max_speakers)
+    voiced = sampler.wrap("voices", speakers_by_sentence)(words, embed, config.num_speakers or config.max_speakers,
+                                                         {t.speaker for t in found.turns}).words
     result["sentences_embedded"] = sum(spans_embedded)
     result["words_moved_by_voices"] = sum(a.speaker != b.speaker for a, b in zip(words, voiced))
     result["speakers"] = len({t.speaker for t in found.turns})

@@ -158,7 +158,8 @@ def ours(rules: Optional[frozenset] = None, voices: bool = True) -> Callable:
         pieces = attribution.attribute_words(_pieces(words, duration), diar.turns,
                                              diar.own_exclusive, **extra)
         if voices and diar.embed is not None:
-            pieces = speakers_by_sentence(pieces, diar.embed, diar.max_speakers)
+            pieces = speakers_by_sentence(pieces, diar.embed, diar.max_speakers,
+                                              {t.speaker for t in diar.turns}).words
         return _word_tokens(pieces)
 
     return run

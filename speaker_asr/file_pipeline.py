@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from speaker_asr.attribution.response import attribute
+from speaker_asr.attribution.response import attribute_with_voices
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
 from speaker_asr.multichannel import Channels, channel_result, recording_language
@@ -68,12 +68,12 @@ class FilePipeline:
             warnings.append(no_speech_warning(transcript.text))
             transcript = replace(transcript, text="", chunks=[],
                                  words=[] if transcript.words is not None else None)
-        result = attribute(transcript, len(audio) / SAMPLE_RATE, found,
-                           with_words=config.return_word_timestamps,
-                           embed=self._sentence_embedder(audio, found),
-                           max_speakers=config.num_speakers or config.max_speakers)
+        result, voices = attribute_with_voices(transcript, len(audio) / SAMPLE_RATE, found,
+                                               with_words=config.return_word_timestamps,
+                                               embed=self._sentence_embedder(audio, found),
+                                               max_speakers=config.num_speakers or config.max_speakers)
         if with_voices:
-            result = name_speakers(result, found.voices, references, config,
+            result = name_speakers(result, voices, references, config,
                                    models.settings.speaker_match_threshold)
         return replace(result, warnings=warnings)
 

@@ -45,6 +45,14 @@ SpanEmbedder = Callable[[list[tuple[float, float]]], list[Optional[np.ndarray]]]
 def attribute(transcript: Transcript, duration: float, diarization: Optional[Diarization] = None,
               with_words: bool = False, embed: Optional[SpanEmbedder] = None,
               max_speakers: Optional[int] = None) -> Result:
+    """The result of :func:`attribute_with_voices`, without the voices."""
+    return attribute_with_voices(transcript, duration, diarization, with_words, embed, max_speakers)[0]
+
+
+def attribute_with_voices(transcript: Transcript, duration: float, diarization: Optional[Diarization] = None,
+                          with_words: bool = False, embed: Optional[SpanEmbedder] = None,
+                          max_speakers: Optional[int] = None
+                          ) -> tuple[Result, dict[str, Optional[list[float]]]]:
     """The result, from the ASR's segments and words (times may be missing) and the
     diarization's turns (which may overlap) and its own exclusive turns (one speaker at a time,
     pyannote 4; see :func:`~speaker_asr.attribution.speakers.attribute_words`).
@@ -57,8 +65,11 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
     missing times are filled in and clamped to the audio; times are rounded to the millisecond.
     ``with_words``: the segments keep their words (``return_word_timestamps``). ``embed``: the
     sentences' voices check the words' speakers
-    (:mod:`~speaker_asr.attribution.sentence_voices`; at most ``max_speakers``)."""
+    (:mod:`~speaker_asr.attribution.sentence_voices`; at most ``max_speakers``). Also returned:
+    every speaker's voice, the diarization's ``voices`` with those of the speakers the
+    sentences' voices made."""
     diarized = diarization is not None
+    voices = dict(diarization.voices) if diarized else {}
     words = transcript.words
     if words is not None:
         spans = resolve_times([(w.start, w.end) for w in words], duration)
@@ -67,7 +78,10 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
         if diarized:
             pieces = attribute_words(pieces, diarization.turns, diarization.exclusive_turns)
             if embed is not None:
-                pieces = speakers_by_sentence(pieces, embed, max_speakers)
+                labels = {t.speaker for t in [*diarization.turns, *(diarization.exclusive_turns or [])]}
+                regrouped = speakers_by_sentence(pieces, embed, max_speakers, labels | set(voices))
+                pieces = regrouped.words
+                voices.update((k, v.tolist()) for k, v in regrouped.voices.items())
             pieces = [replace(w, overlap=others)
                       for w, others in zip(pieces, cross_talk(pieces, diarization.turns))]
         else:
@@ -85,7 +99,7 @@ def attribute(transcript: Transcript, duration: float, diarization: Optional[Dia
     return Result(text=transcript.text, segments=segments,
                   language=transcript.language, duration=_r(duration),
                   alignment="word" if words is not None else "segment", diarized=diarized,
-                  with_words=with_words and words is not None, assisted=transcript.assisted)
+                  with_words=with_words and words is not None, assisted=transcript.assisted), voices
 
 
 def build_response(text: str, segments: Sequence[Segment], turns: Optional[list[Turn]],

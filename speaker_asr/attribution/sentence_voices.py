@@ -16,7 +16,9 @@ more often, and a longer, cleaner stretch of it. So, after the words have their 
    are at least :data:`SPLIT_DISTANCE` apart and each holds :data:`MIN_GROUP_S` of distinct audio,
    the smaller group is another voice: it goes to the other speaker whose sentences sound
    closest (mean voice within :data:`JOIN_DISTANCE`), else to a new speaker -- never past the
-   most speakers the request allows.
+   most speakers the request allows. A new speaker's label is one no other speaker has (every
+   label the diarization made counts, with words or without), and its voice is its sentences'
+   mean voice, so that it can be named and its embedding returned as any other's.
 
 Words keep their text, times and order; only speaker labels change, a sentence at a time.
 """
@@ -24,7 +26,7 @@ Words keep their text, times and order; only speaker labels change, a sentence a
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -55,6 +57,15 @@ MIN_GROUP_S = 2.0
 # cosine distance from the moved group's mean voice to another speaker's within which the group
 # is that speaker rather than a new one: below the distance that splits
 JOIN_DISTANCE = 0.5
+
+
+@dataclass(frozen=True)
+class Regrouped:
+    """The words with the speakers the sentences' voices show, and the voice (a unit vector) of
+    each new speaker made, by its label."""
+
+    words: list[Word]
+    voices: dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -125,12 +136,13 @@ def _two_voices(units: list[Unit], vectors: list[np.ndarray]) -> Optional[tuple[
 
 def regroup(words: Sequence[Word], units: Sequence[Unit],
             vectors: Callable[[list[int]], list[Optional[np.ndarray]]],
-            max_speakers: Optional[int] = None) -> list[Word]:
+            max_speakers: Optional[int] = None, labels: Iterable[str] = ()) -> Regrouped:
     """``words`` with the speakers :func:`voice_units`' sentences' voices show (the module's
     steps). ``vectors(ks)``: the unit vectors (or None) of units ``ks``, asked for only where
     needed -- the sentences of a speaker with enough of them, the others' only to place a group
-    that moves. A new speaker is labelled after the others (SPEAKER_NN); none is made once there
-    are ``max_speakers``."""
+    that moves. A new speaker gets the first SPEAKER_NN label after the others' that neither a
+    speaker with words nor any of ``labels`` (every label the diarization made) has; none is
+    made once there are ``max_speakers``."""
     speakers = sorted({u.speaker for u in units if u.speaker is not None})
     eligible: dict[str, list[int]] = {}
     for k, u in enumerate(units):
@@ -151,6 +163,8 @@ def regroup(words: Sequence[Word], units: Sequence[Unit],
         known.update(zip(wanted, vectors(wanted)))
     label = {k: u.speaker for k, u in enumerate(units)}
     count = len(speakers)
+    taken = set(speakers) | set(labels)
+    new_voices: dict[str, np.ndarray] = {}
     for speaker in checked:
         mine = voiced(speaker)
         if len(mine) < MIN_UNITS:
@@ -170,7 +184,9 @@ def regroup(words: Sequence[Word], units: Sequence[Unit],
         if target is None or distance[target] >= JOIN_DISTANCE:
             if max_speakers is not None and count >= max_speakers:
                 continue
-            target = _new_label(speakers, count)
+            target = _new_label(taken, count)
+            taken.add(target)
+            new_voices[target] = voice
             count += 1
         for k in moved:
             label[k] = target
@@ -179,24 +195,25 @@ def regroup(words: Sequence[Word], units: Sequence[Unit],
         if label[k] != u.speaker:
             for i in range(u.first, u.last + 1):
                 out[i] = replace(out[i], speaker=label[k])
-    return out
+    return Regrouped(out, new_voices)
 
 
-def _new_label(speakers: Sequence[str], count: int) -> str:
+def _new_label(taken: set, count: int) -> str:
     n = count
-    while speaker_label(n) in speakers:
+    while speaker_label(n) in taken:
         n += 1
     return speaker_label(n)
 
 
 def speakers_by_sentence(words: Sequence[Word],
                          embed: Callable[[list[tuple[float, float]]], list[Optional[np.ndarray]]],
-                         max_speakers: Optional[int] = None) -> list[Word]:
+                         max_speakers: Optional[int] = None, labels: Iterable[str] = ()) -> Regrouped:
     """:func:`voice_units` -> ``embed`` (the :func:`embedded_span` of each sentence long enough to
-    compare; a unit vector or None for each) -> :func:`regroup`."""
+    compare; a unit vector or None for each) -> :func:`regroup` (``labels``: every label the
+    diarization made)."""
     units = voice_units(words)
 
     def vectors(ks: list[int]) -> list[Optional[np.ndarray]]:
         return list(embed([embedded_span(units[k]) for k in ks]))
 
-    return regroup(words, units, vectors, max_speakers)
+    return regroup(words, units, vectors, max_speakers, labels)

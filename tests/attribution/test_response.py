@@ -47,3 +47,29 @@ def test_without_diarization_nobody_speaks_and_nobody_overlaps():
     assert [s.text for s in result.segments] == [" one two three four five"]
     assert all(w.speaker is None and w.overlap == [] for w in result.segments[0].words)
     assert "speaker" not in result.to_json()["chunks"][0]
+
+
+def test_a_speaker_the_sentences_voices_make_has_a_label_of_its_own_and_a_voice():
+    """The diarization found SPEAKER_00 (all the words) and SPEAKER_01 (no words). Two of
+    SPEAKER_00's six sentences sound like another person: they become SPEAKER_02 -- not SPEAKER_01,
+    whose name and voice would follow -- and SPEAKER_02's voice is returned beside the others."""
+    import numpy as np
+
+    from speaker_asr.attribution.response import attribute_with_voices
+
+    words, chunks = [], []
+    for k, start in enumerate(range(0, 30, 5)):
+        sentence = [Word(" w" if i < 3 else " w.", start + 0.4 * i, start + 0.4 * (i + 1)) for i in range(4)]
+        words += sentence
+        chunks.append(Segment("".join(w.text for w in sentence), start, start + 1.6))
+    transcript = Transcript("".join(c.text for c in chunks), chunks, "en", words)
+    turns = [Turn(0.0, 30.0, "SPEAKER_00"), Turn(30.0, 31.0, "SPEAKER_01")]
+    voices = {"SPEAKER_00": [1.0, 0.0, 0.0], "SPEAKER_01": [0.0, 0.0, 1.0]}
+
+    def embed(spans):
+        return [np.array([0.0, 1.0, 0.0]) if int(a) in (5, 15) else np.array([1.0, 0.0, 0.0]) for a, _ in spans]
+
+    result, found = attribute_with_voices(transcript, 31.0, Diarization(turns, turns, voices), embed=embed)
+    assert {s.speaker for s in result.segments} == {"SPEAKER_00", "SPEAKER_02"}
+    assert found["SPEAKER_01"] == voices["SPEAKER_01"] and found["SPEAKER_00"] == voices["SPEAKER_00"]
+    assert found["SPEAKER_02"] == [0.0, 1.0, 0.0]

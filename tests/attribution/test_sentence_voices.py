@@ -48,7 +48,7 @@ def test_a_speaker_holding_two_voices_is_split_and_short_sentences_are_not_embed
     # A's sentences at 0, 10, 20 s are one voice, at 5 and 15 s another; nobody else speaks
     words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4), (25, A, 1))
     embed = embedder(lambda t: _unit(0.0) if int(t) % 10 == 0 else _unit(np.pi / 2))
-    out = speakers_by_sentence(words, embed)
+    out = speakers_by_sentence(words, embed).words
     by_start = {w.start: w.speaker for w in out}
     assert by_start[0.0] == by_start[10.0] == by_start[20.0] == A
     assert by_start[5.0] == by_start[15.0] == B  # a new speaker, labelled after the others
@@ -72,14 +72,14 @@ def test_the_odd_sentences_go_to_the_speaker_they_sound_like():
     # B's own sentences sound like the ones A was given at 5 and 15 s
     words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4), (30, B, 4), (35, B, 4))
     embed = embedder(lambda t: _unit(0.0) if t in (0, 10, 20) else _unit(np.pi / 2 + 0.1))
-    out = speakers_by_sentence(words, embed)
+    out = speakers_by_sentence(words, embed).words
     assert {w.speaker for w in out if w.start in (5.0, 15.0)} == {B}
     assert {w.speaker for w in out} == {A, B}
 
 
 def test_one_voice_is_left_alone():
     words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, B, 4))
-    out = speakers_by_sentence(words, embedder(lambda t: _unit(0.05 * t)))  # small drift only
+    out = speakers_by_sentence(words, embedder(lambda t: _unit(0.05 * t))).words  # small drift only
     assert [w.speaker for w in out] == [w.speaker for w in words]
 
 
@@ -87,23 +87,23 @@ def test_one_voice_is_left_alone():
 def test_no_new_speaker_past_the_count_the_request_allows(max_speakers):
     words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4))
     embed = embedder(lambda t: _unit(0.0) if int(t) % 10 == 0 else _unit(np.pi / 2))
-    out = speakers_by_sentence(words, embed, max_speakers=max_speakers)
+    out = speakers_by_sentence(words, embed, max_speakers=max_speakers).words
     assert len({w.speaker for w in out}) == max_speakers
 
 
 def test_a_repeated_stretch_of_audio_counts_once():
     # two sentences over the same 1.6 s (a repeated hallucination) are not 2 s of a second voice
     words = sentences((0, A, 4), (5, A, 4), (5, A, 4), (10, A, 4))
-    out = speakers_by_sentence(words, embedder(lambda t: _unit(0.0) if t != 5 else _unit(np.pi / 2)))
+    out = speakers_by_sentence(words, embedder(lambda t: _unit(0.0) if t != 5 else _unit(np.pi / 2))).words
     assert {w.speaker for w in out} == {A}
 
 
 def test_sentences_without_a_vector_and_words_without_a_speaker_stay():
     words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, None, 4))
     units = voice_units(words)
-    out = regroup(words, units, lambda ks: [None] * len(ks))
+    out = regroup(words, units, lambda ks: [None] * len(ks)).words
     assert [w.speaker for w in out] == [w.speaker for w in words]
-    assert speakers_by_sentence([], embedder(lambda t: None)) == []
+    assert speakers_by_sentence([], embedder(lambda t: None)).words == []
 
 
 def test_only_the_sentences_that_can_be_compared_are_embedded():
@@ -112,3 +112,28 @@ def test_only_the_sentences_that_can_be_compared_are_embedded():
     embed = embedder(lambda t: _unit(0.0))
     speakers_by_sentence(words, embed)
     assert sorted(a for a, _ in embed.asked) == [0.0, 5.0, 10.0]
+
+
+def test_a_new_speaker_never_takes_a_label_the_diarization_made():
+    # the diarization also found SPEAKER_01, who has no words: the split must not become them
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4))
+    embed = embedder(lambda t: _unit(0.0) if int(t) % 10 == 0 else _unit(np.pi / 2))
+    out = speakers_by_sentence(words, embed, labels={A, B})
+    assert {w.speaker for w in out.words} == {A, "SPEAKER_02"}
+    assert set(out.voices) == {"SPEAKER_02"}
+    assert out.voices["SPEAKER_02"] == pytest.approx(_unit(np.pi / 2))
+
+
+def test_two_splits_in_one_recording_get_two_labels_and_each_its_own_voice():
+    # A and C (SPEAKER_02) each hold two voices; the two new speakers must not merge
+    C = "SPEAKER_02"
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4),
+                      (30, C, 4), (35, C, 4), (40, C, 4), (45, C, 4), (50, C, 4))
+    voices = {0: 0.0, 5: 1.0, 10: 0.0, 15: 1.0, 20: 0.0, 30: 2.0, 35: 3.0, 40: 2.0, 45: 3.0, 50: 2.0}
+    embed = embedder(lambda t: np.eye(4)[int(voices[int(t)])])
+    out = speakers_by_sentence(words, embed, labels={A, C})
+    new = sorted({w.speaker for w in out.words} - {A, C})
+    assert len(new) == 2 and set(out.voices) == set(new)
+    moved = {int(w.start): w.speaker for w in out.words if w.speaker in new}
+    assert moved[5] == moved[15] and moved[35] == moved[45] and moved[5] != moved[35]
+    assert not np.allclose(out.voices[new[0]], out.voices[new[1]])
