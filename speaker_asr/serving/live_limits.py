@@ -29,7 +29,7 @@ import asyncio
 import collections
 import time
 from dataclasses import dataclass
-from typing import Awaitable
+from typing import Awaitable, Callable, Optional, Union
 
 from speaker_asr.live.protocol import SERVER_ERROR, ProtocolError
 from speaker_asr.settings import DEFAULT_LIVE_READ_AHEAD_BYTES
@@ -38,9 +38,11 @@ from speaker_asr.settings import DEFAULT_LIVE_READ_AHEAD_BYTES
 # takes neither, so they may not hold the route (nor the server's stop) longer than this
 CLOSE_WAIT_S = 2.0
 WATCH_INTERVAL_S = 0.25  # how often the idle clock is read
-POLICY_VIOLATION, SERVICE_RESTART = 1008, 1012
+# close codes: the client broke a rule; the server restarts (reconnect later); it is busy or not
+# ready (try again later)
+POLICY_VIOLATION, SERVICE_RESTART, TRY_AGAIN_LATER = 1008, 1012, 1013
 # how a session that ended on a bound is counted (speaker_asr/serving/metrics.py's LIVE_OUTCOMES)
-IDLE, NOT_READING, SHUTDOWN = "idle", "client_not_reading", "server_shutdown"
+IDLE, NOT_READING, SHUTDOWN, CLIENT_CLOSED = "idle", "client_not_reading", "server_shutdown", "client_closed"
 
 
 class ClientNotReading(Exception):
@@ -59,13 +61,16 @@ class LiveLimits:
 
 class ReadAhead:
     """A session's messages, read from its Starlette ``websocket`` ahead of the route: at most
-    ``max_bytes`` of them wait here (a message is counted by its length); past that the reading
-    stops until the route takes one (:meth:`get`). The disconnect (or a receive that failed) is
-    the last message."""
+    ``max_bytes`` of them wait here (a message is counted by its length), and always one; past
+    that the reading stops until the route takes one (:meth:`get`). ``max_bytes=0`` reads one
+    message ahead only: the reading stops as soon as the route holds back. The disconnect (or a
+    receive that failed) is the last message; ``on_disconnect()`` is called as it is read, while
+    the route may be holding back (a session whose client left has its work stopped at once)."""
 
-    def __init__(self, websocket, max_bytes: int):
+    def __init__(self, websocket, max_bytes: int, on_disconnect: Callable[[], None] = lambda: None):
         self.websocket = websocket
         self.max_bytes = max_bytes
+        self.on_disconnect = on_disconnect
         self.held = 0  # what waits here, in bytes (characters of a text message)
         self._messages: collections.deque = collections.deque()
         self._arrived = asyncio.Event()
@@ -89,6 +94,7 @@ class ReadAhead:
                 self._room.clear()
             self._arrived.set()
             if message["type"] == "websocket.disconnect":
+                self.on_disconnect()
                 return
 
     async def get(self) -> dict:
@@ -98,7 +104,7 @@ class ReadAhead:
             await self._arrived.wait()
         message, size = self._messages.popleft()
         self.held -= size
-        if self.held < self.max_bytes:
+        if self.held < self.max_bytes or not self._messages:
             self._room.set()
         return message
 
@@ -136,13 +142,35 @@ def not_reading_end(limits: LiveLimits) -> SessionEnd:
 SHUTDOWN_END = SessionEnd(SHUTDOWN, "server_shutting_down", SERVER_ERROR,
                           "The server is shutting down: the session is closed. Connect again (to this "
                           "server once it is back, or to another).", SERVICE_RESTART)
+# the client went away (its disconnect was read, or a send to it failed): nothing to tell it
+CLIENT_LEFT = SessionEnd(CLIENT_CLOSED, "", "", "", 1000)
+
+
+async def end_connection(websocket, end: SessionEnd, with_event: bool = True) -> None:
+    """The one way a live connection is ended with a reason: ``end``'s error event (unless
+    ``with_event`` is False: a client that reads nothing takes none), then the close with its
+    code, each within :data:`CLOSE_WAIT_S` (a client that reads nothing takes neither: the
+    server (speaker_asr/serving/ws_protocol.py) then drops the connection at the close). The
+    refusals before a session, its bounds and its end on a fault all go through here."""
+    if with_event:
+        event = ProtocolError(end.message, code=end.code, type=end.kind).event()
+        try:
+            await asyncio.wait_for(websocket.send_text(event.to_text()), CLOSE_WAIT_S)
+        except Exception:  # gone, or reading nothing: the close is tried all the same
+            pass
+    try:
+        await asyncio.wait_for(websocket.close(end.close_code, end.code), CLOSE_WAIT_S)
+    except Exception:
+        pass
 
 
 class SessionGuard:
     """One session's sends and bounds over its Starlette ``websocket``: :meth:`send` (the
     session's way out), and :meth:`run`, which runs the route's serving of the session until it
     ends by itself or a bound ends it first. ``stopping``: the route's event set when the
-    server stops."""
+    server stops. :meth:`client_left` (a send that failed calls it, and the route's
+    :class:`ReadAhead` when it reads the disconnect) ends the session at once, wherever the
+    route is waiting: its queued work is dropped, not done for nobody."""
 
     def __init__(self, websocket, limits: LiveLimits, stopping: asyncio.Event):
         self.websocket = websocket
@@ -150,11 +178,16 @@ class SessionGuard:
         self.stopping = stopping
         self._lock = asyncio.Lock()
         self._stuck = asyncio.Event()  # a send timed out
+        self._left = asyncio.Event()  # the client is gone
         self.closed = False  # the session's end was decided: nothing more goes out but it
+
+    def client_left(self) -> None:
+        self._left.set()
 
     async def send(self, event) -> None:
         """One server event; :class:`ClientNotReading` when it waited ``LIVE_SEND_TIMEOUT_S``
-        (and for every send after that: the session is ending)."""
+        (and for every send after that: the session is ending); a send that fails (the client is
+        gone) raises its error and ends the session."""
         if self._stuck.is_set() or self.closed:
             raise ClientNotReading("the session is closing")
         async with self._lock:
@@ -163,21 +196,32 @@ class SessionGuard:
             except asyncio.TimeoutError:
                 self._stuck.set()
                 raise ClientNotReading(f"a send waited {self.limits.send_timeout_s:g} s") from None
+            except Exception:
+                self._left.set()
+                raise
 
-    async def run(self, serving: Awaitable[str], session) -> str:
+    async def run(self, serving: Awaitable[Union[str, SessionEnd]], session) -> str:
         """``serving`` (the route's loop over the session's messages; it returns how the session
-        ended) until it returns, or until a bound ends the session first: then it is cancelled,
-        the client gets the error event and the close, and the bound's outcome is returned."""
+        ended, or a :class:`SessionEnd` to end it with) until it returns, or until a bound ends
+        the session first: then it is cancelled, the client gets the error event and the close
+        (:func:`end_connection`), and the bound's outcome is returned."""
         task = asyncio.ensure_future(serving)
         watch = asyncio.ensure_future(self._watch(session))
         try:
             await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            end: Optional[SessionEnd] = None
             if task.done() and not self._stuck.is_set():
                 try:
-                    return task.result()
+                    outcome = task.result()
                 except ClientNotReading:  # a send of the route's own timed out
                     pass
-            end = not_reading_end(self.limits) if self._stuck.is_set() or not watch.done() else watch.result()
+                else:
+                    if not isinstance(outcome, SessionEnd):
+                        return outcome
+                    end = outcome
+            if end is None:
+                end = (not_reading_end(self.limits) if self._stuck.is_set() or not watch.done()
+                       else watch.result())
         finally:
             watch.cancel()
         # asyncio.wait_for before Python 3.12 returns its result instead of raising when the
@@ -194,15 +238,19 @@ class SessionGuard:
         return end.outcome
 
     async def _watch(self, session) -> SessionEnd:
-        """The first bound the session reaches: a send that timed out, the server's stop, or
-        ``LIVE_IDLE_TIMEOUT_S`` without audio while the server waits for the client."""
+        """The first bound the session reaches: the client gone, a send that timed out, the
+        server's stop, or ``LIVE_IDLE_TIMEOUT_S`` without audio while the server waits for the
+        client."""
         stuck = asyncio.ensure_future(self._stuck.wait())
         stop = asyncio.ensure_future(self.stopping.wait())
+        left = asyncio.ensure_future(self._left.wait())
         try:
             clock, quiet_since = session.clock, time.monotonic()
             while True:
-                done, _ = await asyncio.wait({stuck, stop}, timeout=WATCH_INTERVAL_S,
+                done, _ = await asyncio.wait({stuck, stop, left}, timeout=WATCH_INTERVAL_S,
                                              return_when=asyncio.FIRST_COMPLETED)
+                if left in done:
+                    return CLIENT_LEFT
                 if stuck in done:
                     return not_reading_end(self.limits)
                 if stop in done:
@@ -215,21 +263,13 @@ class SessionGuard:
                 elif now - quiet_since >= self.limits.idle_timeout_s:
                     return idle_end(self.limits)
         finally:
-            stuck.cancel()
-            stop.cancel()
+            for waiter in (stuck, stop, left):
+                waiter.cancel()
 
     async def close(self, end: SessionEnd) -> None:
-        """The error event saying why, then the close, each within :data:`CLOSE_WAIT_S` (a client
-        that reads nothing takes neither: the server (speaker_asr/serving/ws_protocol.py) then
-        drops the connection at the close)."""
+        """The session ends on ``end``: nothing more goes out but its error event and close
+        (:func:`end_connection`; neither where the client is gone, no event where it reads
+        nothing)."""
         self.closed = True
-        if not self._stuck.is_set():
-            event = ProtocolError(end.message, code=end.code, type=end.kind).event()
-            try:
-                await asyncio.wait_for(self.websocket.send_text(event.to_text()), CLOSE_WAIT_S)
-            except Exception:  # gone, or reading nothing: the close is tried all the same
-                pass
-        try:
-            await asyncio.wait_for(self.websocket.close(end.close_code, end.code), CLOSE_WAIT_S)
-        except Exception:
-            pass
+        if end is not CLIENT_LEFT:
+            await end_connection(self.websocket, end, with_event=not self._stuck.is_set())

@@ -42,11 +42,11 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.live.protocol import ProtocolError
 from speaker_asr.live.engine import RunnerEngine
 from speaker_asr.live.session import LiveSession
 from speaker_asr.serving.api_key import ApiKey, bearer
-from speaker_asr.serving.live_limits import CLOSE_WAIT_S, LiveLimits, ReadAhead, SessionGuard
+from speaker_asr.serving.live_limits import (CLOSE_WAIT_S, POLICY_VIOLATION, TRY_AGAIN_LATER, LiveLimits,
+                                             ReadAhead, SessionEnd, SessionGuard, end_connection)
 from speaker_asr.settings import DEFAULT_LIVE_IDLE_TIMEOUT_S, DEFAULT_LIVE_SEND_TIMEOUT_S
 
 logger = logging.getLogger("server")
@@ -55,7 +55,6 @@ access_logger = logging.getLogger("server.access")
 REALTIME = "/v1/realtime"
 SUBPROTOCOL = "realtime"
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
-POLICY_VIOLATION, TRY_AGAIN_LATER = 1008, 1013
 
 
 class RealtimeRoute:
@@ -94,15 +93,6 @@ class RealtimeRoute:
                                        "its api_key so) or the subprotocol "
                                        "'openai-insecure-api-key.<API_KEY>'")
 
-    async def _refuse(self, websocket: WebSocket, code: str, message: str, close_code: int,
-                      kind: str = "invalid_request_error") -> None:
-        event = ProtocolError(message, code=code, type=kind).event()
-        try:
-            await websocket.send_text(event.to_text())
-            await websocket.close(close_code, code)
-        except Exception:  # the client is gone already
-            pass
-
     async def endpoint(self, websocket: WebSocket) -> None:
         started = time.monotonic()
         offered = websocket.scope.get("subprotocols") or []
@@ -110,7 +100,7 @@ class RealtimeRoute:
         refusal = self._refusal(websocket)
         if refusal is not None:
             code, message, close_code, kind = refusal
-            await self._refuse(websocket, code, message, close_code, kind)
+            await end_connection(websocket, SessionEnd("refused", code, kind, message, close_code))
             if self.metrics is not None:
                 self.metrics.live_session_refused(code)
             self._log(None, "refused", started, code=code)
@@ -123,14 +113,14 @@ class RealtimeRoute:
                               metrics=self.metrics, max_kept_s=self.max_session_s)
         outcome = "client_closed"
         try:
-            outcome = await guard.run(self._serve(websocket, session), session)
+            outcome = await guard.run(self._serve(websocket, session, guard), session)
         except (WebSocketDisconnect, RuntimeError, OSError):
             outcome = "client_closed"  # a send or a receive on a closed socket
         except Exception:
             outcome = "failed"
             logger.exception("live session failed")
-            await self._refuse(websocket, None, "The server had an error while processing your "
-                                                "session.", 1011, "server_error")
+            await end_connection(websocket, SessionEnd(outcome, None, "server_error", "The server had an error "
+                                                       "while processing your session.", 1011))
         finally:
             self.open -= 1
             await session.close()
@@ -169,12 +159,14 @@ class RealtimeRoute:
                     "has ended.", TRY_AGAIN_LATER, "server_error")
         return None
 
-    async def _serve(self, websocket: WebSocket, session: LiveSession) -> str:
-        """The session's messages until it ends; how it ended (metrics.LIVE_OUTCOMES)."""
+    async def _serve(self, websocket: WebSocket, session: LiveSession, guard: SessionGuard) -> str | SessionEnd:
+        """The session's messages until it ends; how it ended (metrics.LIVE_OUTCOMES), or the
+        end the guard closes it with (its expiry)."""
         deadline = time.monotonic() + self.max_session_s
         await session.start()
-        # read on while the session holds back, so that the client's pings are answered
-        inbox = ReadAhead(websocket, self.limits.read_ahead_bytes)
+        # read on while the session holds back, so that the client's pings are answered and
+        # its leaving is seen (the guard then ends the session wherever the route waits)
+        inbox = ReadAhead(websocket, self.limits.read_ahead_bytes, on_disconnect=guard.client_left)
         receiving: Optional[asyncio.Future] = None
         try:
             while True:
@@ -183,7 +175,7 @@ class RealtimeRoute:
                     try:
                         await asyncio.wait_for(session.wait_for_room(), max(0.0, deadline - time.monotonic()))
                     except asyncio.TimeoutError:
-                        return await self._expire(websocket, session)
+                        return self._expiry()
                 if receiving is None:
                     receiving = asyncio.ensure_future(inbox.get())
                 waiters = {receiving} if ending is None else {receiving, ending}
@@ -191,7 +183,7 @@ class RealtimeRoute:
                     waiters, timeout=None if ending is not None else max(0.0, deadline - time.monotonic()),
                     return_when=asyncio.FIRST_COMPLETED)
                 if not done:
-                    return await self._expire(websocket, session)
+                    return self._expiry()
                 if ending is not None and ending in done:
                     outcome = ending.result()  # a send that failed raises here: the client left
                     await websocket.close(1000)
@@ -206,11 +198,9 @@ class RealtimeRoute:
                 receiving.cancel()
             inbox.close()
 
-    async def _expire(self, websocket: WebSocket, session: LiveSession) -> str:
-        await session.close()
-        await self._refuse(websocket, "session_expired", f"Your session hit the maximum duration of "
-                           f"{self.max_session_s:g} seconds (LIVE_MAX_SESSION_S).", 1000)
-        return "expired"
+    def _expiry(self) -> SessionEnd:
+        return SessionEnd("expired", "session_expired", "invalid_request_error", "Your session hit the maximum "
+                          f"duration of {self.max_session_s:g} seconds (LIVE_MAX_SESSION_S).", 1000)
 
     def _log(self, session: Optional[LiveSession], outcome: str, started: float,
              code: Optional[str] = None) -> None:

@@ -225,6 +225,59 @@ def test_the_connection_is_read_ahead_of_a_session_that_holds_back_but_only_so_f
     assert texts == [f"{i:04d}" for i in range(50)]
 
 
+def test_with_no_read_ahead_every_message_still_comes_out_one_at_a_time():
+    """LIVE_READ_AHEAD_BYTES=0: one message is read ahead of the route, no more, and each one
+    the route takes lets the next be read."""
+    from speaker_asr.serving.live_limits import ReadAhead
+
+    class Incoming:
+        def __init__(self, count):
+            self.left = [{"type": "websocket.receive", "text": f"{i:04d}"} for i in range(count)]
+            self.read = 0
+
+        async def receive(self):
+            if not self.left:
+                await asyncio.Event().wait()
+            self.read += 1
+            return self.left.pop(0)
+
+    async def main():
+        incoming = Incoming(20)
+        inbox = ReadAhead(incoming, max_bytes=0)
+        await asyncio.sleep(0.1)
+        held_back = incoming.read
+        texts = [(await asyncio.wait_for(inbox.get(), 2))["text"] for _ in range(20)]
+        inbox.close()
+        return held_back, texts
+
+    held_back, texts = asyncio.run(main())
+    assert held_back == 1
+    assert texts == [f"{i:04d}" for i in range(20)]
+
+
+def test_a_disconnect_read_ahead_ends_the_session_wherever_the_route_waits():
+    from speaker_asr.serving.live_limits import ReadAhead
+
+    class Incoming:
+        def __init__(self):
+            self.left = [{"type": "websocket.receive", "text": "a"}, {"type": "websocket.disconnect", "code": 1001}]
+
+        async def receive(self):
+            if not self.left:
+                await asyncio.Event().wait()
+            return self.left.pop(0)
+
+    async def main():
+        g = guard(FakeSocket(), idle=30, send=30)
+        inbox = ReadAhead(Incoming(), 1 << 20, on_disconnect=g.client_left)
+        outcome = await asyncio.wait_for(g.run(forever(), FakeSession()), 5)  # the route never takes a message
+        inbox.close()
+        return outcome, g.websocket
+
+    outcome, socket_ = asyncio.run(main())
+    assert outcome == "client_closed" and socket_.sent == [] and socket_.closed == []
+
+
 def test_the_bounds_are_settings_that_say_what_is_allowed(monkeypatch):
     from speaker_asr.settings import ServerSettings
 
