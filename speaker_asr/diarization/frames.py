@@ -5,7 +5,7 @@ The segmentation model (pyannote's segmentation-3.0, the first step of the diari
 says, for every frame of about 17 ms, which of up to three *local* speakers talk. Run once over
 an utterance (:func:`speaker_asr.diarization.pipeline.frame_activity`), that is enough to tell its
 speakers apart within it; their voices are then embedded and matched to the session's speakers
-(speaker_asr/live/labelling.py). Two questions are answered here:
+(speaker_asr/live/segment_events.py). Two questions are answered here:
 
 * :func:`utterance_turns`: the utterance's speaker turns (local labels, overlap kept) and its
   exclusive turns (one speaker at a time, what the voices are embedded from) as a

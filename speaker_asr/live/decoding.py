@@ -94,7 +94,7 @@ class DecodeScheduler:
         self._running = PartialRun(item, end, cancel)
         try:
             config = await self.item_config(item, audio)
-            with self.engine.partial_decoding(cancel, preemptible):
+            with self.engine.partials.running(cancel, preemptible):
                 decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel))
         except asyncio.CancelledError:
             raise
@@ -133,7 +133,7 @@ class DecodeScheduler:
         item's completion."""
         running = self._running
         own_final = running is not None and running.item is item and item.covers(running.end)
-        self.engine.preempt_partials(keep=running.cancel if own_final else None)
+        self.engine.partials.preempt(keep=running.cancel if own_final else None)
         if self.partial is None or self.partial.done():
             return
         if running is not None and not own_final:

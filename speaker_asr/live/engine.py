@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Optional, Protocol
 
 import numpy as np
@@ -28,7 +29,7 @@ from speaker_asr.types import Diarization
 
 # a decode makes at most this many tokens per second of audio (plus DECODE_MIN_TOKENS): speech
 # runs at 3-6 tokens a second, and a decode that loops on a wrong language or a hallucination
-# (Whisper repeats a phrase to its 448-token limit: 16 s on a CPU with base) stops there instead
+# (Whisper repeats a phrase up to its 448-token limit, seconds of a CPU) stops there instead
 DECODE_TOKENS_PER_S = 15
 DECODE_MIN_TOKENS = 24
 
@@ -38,37 +39,69 @@ def decode_token_limit(samples: int) -> int:
     return DECODE_MIN_TOKENS + int(DECODE_TOKENS_PER_S * samples / SAMPLE_RATE)
 
 
-class LiveEngine(Protocol):
-    """What a live session needs of the models. ``run`` and ``on_diarization_thread`` put a call
-    (one of the calls below) on the model thread or the diarization thread and await it; a call
-    cancelled while it waits is dropped before it runs."""
+@dataclass(frozen=True)
+class Loaded:
+    """What the server loaded, as a live session reads it. ``match_threshold``:
+    ``SPEAKER_MATCH_THRESHOLD``, for a session that sets none; ``max_audio_seconds``:
+    ``MAX_AUDIO_SECONDS``, the most a final pass keeps."""
 
-    # -- what is loaded (read only)
     model_name: str
-    capabilities: Optional[ModelCapabilities]
-    has_voices: bool
-    match_threshold: float  # SPEAKER_MATCH_THRESHOLD: for a session that sets none
-    max_audio_seconds: Optional[float]  # MAX_AUDIO_SECONDS: the most a final pass keeps
-    multilingual: bool
+    capabilities: Optional[ModelCapabilities] = None
+    has_voices: bool = False
+    match_threshold: float = 0.5
+    max_audio_seconds: Optional[float] = None
+    multilingual: bool = False
 
-    # -- where a call runs
+
+class PartialDecodes:
+    """The sessions' partial decodes in hand, across sessions (the model thread is theirs
+    together): one session's final decode would wait behind another's partial (a draft of a
+    growing utterance that can come later), so a final decode stops them first."""
+
+    def __init__(self):
+        self._cancels: set[threading.Event] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self, cancel: threading.Event, preemptible: bool = True):
+        """Held while a partial decode waits for the model thread or runs on it; a
+        ``preemptible`` one is stopped by :meth:`preempt` (its ``cancel`` set)."""
+        if not preemptible:
+            yield
+            return
+        with self._lock:
+            self._cancels.add(cancel)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._cancels.discard(cancel)
+
+    def preempt(self, keep: Optional[threading.Event] = None) -> None:
+        """An item's final decode is next: every preemptible partial decode in hand (of any
+        session) but ``keep`` stops at its next token."""
+        with self._lock:
+            cancels = list(self._cancels)
+        for cancel in cancels:
+            if cancel is not keep:
+                cancel.set()
+
+
+class LiveEngine(Protocol):
+    """What a live session needs of the models: what is loaded (:attr:`loaded`), where a call
+    runs (``run``: the model thread; ``on_diarization_thread``), the partial decodes in hand
+    across sessions (:attr:`partials`) and the calls themselves (run through one of the two; a
+    call cancelled while it waits is dropped before it runs)."""
+
+    loaded: Loaded
+    partials: PartialDecodes
+
     def busy(self) -> bool: ...  # whether the model thread has a call running or waiting
 
     async def run(self, fn: Callable[[], Any]) -> Any: ...
 
     async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any: ...
 
-    # -- the sessions' partial decodes, across sessions (the model thread is theirs together)
-    def partial_decoding(self, cancel: threading.Event, preemptible: bool = True) -> ContextManager[None]:
-        """Held while a partial decode waits for the model thread or runs on it;
-        :meth:`preempt_partials` stops a ``preemptible`` one (sets ``cancel``)."""
-        return contextlib.nullcontext()
-
-    def preempt_partials(self, keep: Optional[threading.Event] = None) -> None:
-        """An item's final decode is next: every preemptible partial decode in hand (of any
-        session) but ``keep`` stops at its next token."""
-
-    # -- the calls
     def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
                cancel: Optional[threading.Event] = None) -> Decoded: ...
 
@@ -93,7 +126,7 @@ class RunnerEngine(LiveEngine):
 
     def __init__(self, runner):
         self.runner = runner
-        self._partials: set[threading.Event] = set()  # the preemptible partial decodes in hand
+        self.partials = PartialDecodes()
 
     @property
     def models(self) -> Models:
@@ -109,34 +142,12 @@ class RunnerEngine(LiveEngine):
                    "sessions need one"
         return None
 
-    # -- what is loaded -------------------------------------------------------------------------
-
     @property
-    def capabilities(self) -> ModelCapabilities:
-        return self.models.capabilities
-
-    @property
-    def has_voices(self) -> bool:
-        return self.models.has_voices
-
-    @property
-    def model_name(self) -> str:
-        return self.models.model_name
-
-    @property
-    def match_threshold(self) -> float:
-        """``SPEAKER_MATCH_THRESHOLD``: a session that sets none takes the server's."""
-        return self.models.settings.speaker_match_threshold
-
-    @property
-    def max_audio_seconds(self) -> Optional[float]:
-        """The file pipeline's limit on one recording (``MAX_AUDIO_SECONDS``): a final pass keeps
-        no more."""
-        return self.models.settings.max_audio_seconds
-
-    @property
-    def multilingual(self) -> bool:
-        return self.models.multilingual
+    def loaded(self) -> Loaded:
+        models = self.models
+        return Loaded(models.model_name, models.capabilities, models.has_voices,
+                      models.settings.speaker_match_threshold, models.settings.max_audio_seconds,
+                      models.multilingual)
 
     def busy(self) -> bool:
         """Whether the model thread has a call running or waiting."""
@@ -148,24 +159,6 @@ class RunnerEngine(LiveEngine):
     async def run(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
         return await self.runner.call(fn)
-
-    @contextlib.contextmanager
-    def partial_decoding(self, cancel: threading.Event, preemptible: bool = True):
-        if not preemptible:
-            yield
-            return
-        self._partials.add(cancel)
-        try:
-            yield
-        finally:
-            self._partials.discard(cancel)
-
-    def preempt_partials(self, keep: Optional[threading.Event] = None) -> None:
-        # one session's final decode would wait behind another's partial (a draft of a growing
-        # utterance that can come later): with two sessions that wait was most of the latency
-        for cancel in list(self._partials):
-            if cancel is not keep:
-                cancel.set()
 
     async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the diarization thread, beside the model thread's decodes: an item's

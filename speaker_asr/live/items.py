@@ -2,7 +2,7 @@
 No I/O: :func:`partial_due` is told the clock, the pause the turn detector hears and when the
 last partial decode ended, and says whether a decode is due (and what the item then notes); the
 caller notes it and starts the decode (speaker_asr/live/decoding.py). :func:`activity_due` says
-the same of a look at the item's speakers (speaker_asr/live/speaker_work.py).
+the same of a look at the item's speakers (speaker_asr/live/item_diarization.py).
 
 While an item grows (server VAD), its audio (the last 30 s at most) is decoded again every
 :data:`PARTIAL_INTERVAL_S` seconds of new audio (once the model rested :data:`PARTIAL_REST` times

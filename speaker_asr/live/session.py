@@ -41,10 +41,10 @@ Decoding and speakers (docs/architecture.md, "A live session, in one pass", walk
       :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
       ``delta`` events; at commit its final decode gives the last ``delta`` and ``completed``.
       A partial that cannot be the final stops at the commit; none starts while a final waits.
-    * With ``speaker_labels`` and a diarization loaded (:mod:`.speaker_work`), a growing item
+    * With ``speaker_labels`` and a diarization loaded (:mod:`.item_diarization`), a growing item
       is cut where another person takes over; once its text is out its speakers are found on
-      the diarization thread and given the session's labels (:mod:`.labelling`,
-      :mod:`.session_speakers`) -> one ``segment`` event per speaker turn, before the next item.
+      the diarization thread and given the session's labels (:mod:`.segment_events`,
+      :mod:`.speaker_roster`) -> one ``segment`` event per speaker turn, before the next item.
       Items complete in order.
     * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
       it (no internals; the traceback goes to the log); the session goes on. A failed partial
@@ -100,8 +100,8 @@ from speaker_asr.live.protocol import (FINISH, SERVER_ERROR, Cleared, Committed,
                                        TranscriptionFailed, TranscriptionSession, UserAudioItem,
                                        commit_empty_error, new_id, parse_client_event)
 from speaker_asr.live.session_config import session_config
-from speaker_asr.live.session_speakers import SessionSpeakers
-from speaker_asr.live.speaker_work import SpeakerWork
+from speaker_asr.live.speaker_roster import SessionSpeakers
+from speaker_asr.live.item_diarization import SpeakerWork
 from speaker_asr.live.stats import SessionStats
 from speaker_asr.live.vad import SessionVad
 from speaker_asr.settings import DEFAULT_LIVE_MAX_SESSION_S
@@ -128,7 +128,7 @@ class LiveSession:
         self._send = send
         self.engine = engine
         self.max_frame_chars = max_frame_chars
-        self.session = TranscriptionSession.new(engine.model_name)
+        self.session = TranscriptionSession.new(engine.loaded.model_name)
         self.decoder = FrameDecoder.for_format(self.session.format)
         self.config = session_config(self.session, _capabilities(engine))
         self.audio = AudioBuffer()
@@ -137,7 +137,7 @@ class LiveSession:
         self.previous_item_id: Optional[str] = None
         self.speakers = SessionSpeakers(engine)
         self.queue = ItemQueue(self._finish)  # committed items, in order
-        self.decoding = DecodeScheduler(engine, SessionLanguage(engine.multilingual), lambda: self.config,
+        self.decoding = DecodeScheduler(engine, SessionLanguage(engine.loaded.multilingual), lambda: self.config,
                                         self.send, lambda item: self.item is item)
         self.speaker_work = SpeakerWork(engine)  # who speaks in the items
         self.stats = SessionStats(metrics)
@@ -245,7 +245,7 @@ class LiveSession:
         if config.language != self.config.language:
             self.decoding.language.forget()
         self.session, self.config = session, config
-        self.final.keep(options.final_transcript, self.audio.clock, self.engine.max_audio_seconds)
+        self.final.keep(options.final_transcript, self.audio.clock, self.engine.loaded.max_audio_seconds)
         if vad_changed:
             await self.vad.setup(self.session.turn_detection, self.audio.clock)
             if not self.vad.on:  # turning VAD off mid-speech: the audio stays in the buffer
@@ -430,7 +430,7 @@ class LiveSession:
 
 
 def _capabilities(engine: LiveEngine) -> ModelCapabilities:
-    caps = engine.capabilities
+    caps = engine.loaded.capabilities
     return caps if caps is not None else ModelCapabilities()
 
 

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from speaker_asr.live.engine import LiveEngine
+from speaker_asr.live.engine import LiveEngine, Loaded, PartialDecodes
 from speaker_asr.live.items import MAX_ITEM_S
 from speaker_asr.live.session import LiveSession
 from speaker_asr.live.vad import WINDOW, TurnDetector, TurnEvent
@@ -26,14 +26,10 @@ class FakeEngine(LiveEngine):
     audio's length, a voice its loudness; a known speaker's clip, the language detection and the
     final pass are the subclasses' below (here they fail the test that reaches them)."""
 
-    model_name = "fake-whisper"
-    capabilities = None
-    has_voices = True
-    match_threshold = 0.5
-    multilingual = False
-    max_audio_seconds = None
+    loaded = Loaded("fake-whisper", has_voices=True)
 
     def __init__(self, fail: bool = False, voices=None, activity=None):
+        self.partials = PartialDecodes()
         self.calls = 0
         self.decodes = []  # (samples, the previous decode given as its draft) of every decode
         self.languages = []  # the config's language at every decode
@@ -711,7 +707,7 @@ def test_an_expiry_on_a_client_that_reads_nothing_is_bounded_and_counted_as_expi
 class MultilingualEngine(FakeEngine):
     """A multilingual model whose language detection is wrong on less than 6 s of speech."""
 
-    multilingual = True
+    loaded = Loaded("fake-whisper", has_voices=True, multilingual=True)
 
     def __init__(self):
         super().__init__()
@@ -784,16 +780,15 @@ def test_a_final_decode_stops_the_other_sessions_partials_but_not_one_that_may_b
 
     from speaker_asr.live.engine import RunnerEngine
 
-    engine = RunnerEngine(types.SimpleNamespace(models=None))
+    partials = RunnerEngine(types.SimpleNamespace(models=None)).partials
     growing, paused, own = threading.Event(), threading.Event(), threading.Event()
-    with engine.partial_decoding(growing), engine.partial_decoding(paused, preemptible=False), \
-            engine.partial_decoding(own):
-        engine.preempt_partials(keep=own)
+    with partials.running(growing), partials.running(paused, preemptible=False), partials.running(own):
+        partials.preempt(keep=own)
     assert growing.is_set() and not paused.is_set() and not own.is_set()
     ended = threading.Event()
-    with engine.partial_decoding(ended):
+    with partials.running(ended):
         pass
-    engine.preempt_partials()
+    partials.preempt()
     assert not ended.is_set()  # a partial that has ended is not in hand
 
 

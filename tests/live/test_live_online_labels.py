@@ -1,4 +1,4 @@
-"""Online speaker labels (speaker_asr/live/speakers.py) on hand-made 2-D and 3-D voices: labels
+"""Online speaker labels (speaker_asr/live/online_labels.py) on hand-made 2-D and 3-D voices: labels
 in order of first appearance and stable for a long session, returning speakers, the cap, known
 names, short stretches."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from speaker_asr.live.speakers import Assignment, OnlineSpeakers, unit
+from speaker_asr.live.online_labels import Assignment, OnlineSpeakers, unit
 
 A, B, C = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]
 

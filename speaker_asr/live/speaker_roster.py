@@ -1,6 +1,6 @@
 """A live session's speakers: the voices of its known speakers (``known_speaker_names`` with
 their clips, embedded through the engine at ``session.update``) and its online labels
-(:class:`~speaker_asr.live.speakers.OnlineSpeakers`, made when the first item needs one, with
+(:class:`~speaker_asr.live.online_labels.OnlineSpeakers`, made when the first item needs one, with
 the known voices in it), kept in step with the session's ``speaker_match_threshold`` and
 ``max_speakers``."""
 
@@ -13,7 +13,7 @@ import numpy as np
 from speaker_asr.errors import RequestError
 from speaker_asr.live.engine import LiveEngine
 from speaker_asr.live.protocol import ProtocolError
-from speaker_asr.live.speakers import OnlineSpeakers
+from speaker_asr.live.online_labels import OnlineSpeakers
 
 NAMES_PARAM = "session.speaker_asr.known_speaker_names"
 
@@ -29,7 +29,7 @@ class SessionSpeakers:
 
     def on(self, options) -> bool:
         """Whether items get speakers: ``speaker_labels`` asked for, and a voice model loaded."""
-        return bool(options.speaker_labels) and self.engine.has_voices
+        return bool(options.speaker_labels) and self.engine.loaded.has_voices
 
     async def embed_known(self, options, event_id: Optional[str]) -> dict[str, np.ndarray]:
         """The known speakers' voices from their clips (on the model thread); a bad clip, or no
@@ -37,7 +37,7 @@ class SessionSpeakers:
         names, refs = options.known_speaker_names, options.known_speaker_references
         if not names:
             return {}
-        if not self.engine.has_voices:
+        if not self.engine.loaded.has_voices:
             raise ProtocolError("known speakers need the diarization pipeline's voice model, and "
                                 "this server has none loaded", param=NAMES_PARAM, event_id=event_id)
 
@@ -72,4 +72,4 @@ class SessionSpeakers:
     def threshold(self, options) -> float:
         """The session's ``speaker_match_threshold``, else the server's."""
         return options.speaker_match_threshold if options.speaker_match_threshold is not None \
-            else self.engine.match_threshold
+            else self.engine.loaded.match_threshold

@@ -1,10 +1,10 @@
 """An item's words attributed to its own speakers, and those given the session's labels
-(speaker_asr/live/labelling.py), on hand-made transcripts and diarizations."""
+(speaker_asr/live/segment_events.py), on hand-made transcripts and diarizations."""
 
 from __future__ import annotations
 
-from speaker_asr.live.labelling import item_speakers, turns_by_diarization
-from speaker_asr.live.speakers import OnlineSpeakers
+from speaker_asr.live.segment_events import item_speakers, turns_by_diarization
+from speaker_asr.live.online_labels import OnlineSpeakers
 from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 
 
@@ -50,7 +50,7 @@ def test_two_voices_of_an_item_get_two_session_speakers_and_a_voice_too_short_th
 
 def test_no_turns_when_no_voice_can_be_decided_at_the_sessions_start():
     """The session's first item, every voice without a vector: nobody can be named, and the
-    caller falls back on the whole item's voice (speaker_asr/live/speaker_work.py)."""
+    caller falls back on the whole item's voice (speaker_asr/live/item_diarization.py)."""
     turns = [Turn(0.0, 3.0, "SPEAKER_00")]
     found = item_speakers(Diarization(turns, turns, {"SPEAKER_00": None}), transcript(), 3.0)
     assert turns_by_diarization(OnlineSpeakers(threshold=0.5), found) == []

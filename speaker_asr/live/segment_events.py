@@ -1,7 +1,7 @@
 """An item's speakers in the session's labels, and the ``segment`` events that carry them. No I/O
 and no model: what the item's own diarization found (its words attributed to it:
 :func:`item_speakers`), or the whole item's voice, goes in with the session's
-:class:`~speaker_asr.live.speakers.OnlineSpeakers`; speaker turns come out.
+:class:`~speaker_asr.live.online_labels.OnlineSpeakers`; speaker turns come out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from speaker_asr.attribution.response import attribute
 from speaker_asr.attribution.turns import speakers_alone
 from speaker_asr.live.protocol import SegmentWord, TranscriptionSegment
-from speaker_asr.live.speakers import OnlineSpeakers
+from speaker_asr.live.online_labels import OnlineSpeakers
 from speaker_asr.result import SpeakerTurn
 from speaker_asr.types import Diarization, Transcript, Word
 

@@ -11,8 +11,8 @@ events that carry them. The session (:mod:`speaker_asr.live.session`) calls it a
 * once a committed item's text is out, :meth:`SpeakerWork.segments`: its speakers and their
   voices (:meth:`~speaker_asr.live.engine.LiveEngine.utterance`: one segmentation pass over it,
   a fraction of the whole pipeline's cost), its words attributed to them
-  (:func:`~speaker_asr.live.labelling.item_speakers`), given the session's labels
-  (:mod:`speaker_asr.live.labelling`), one event per speaker turn. (Found after the final decode,
+  (:func:`~speaker_asr.live.segment_events.item_speakers`), given the session's labels
+  (:mod:`speaker_asr.live.segment_events`), one event per speaker turn. (Found after the final decode,
   not beside it: beside it the two would share the CPU and the text would come later.)
 
 :meth:`SpeakerWork.close` cancels what is pending.
@@ -31,9 +31,9 @@ from speaker_asr.config import InferenceConfig
 from speaker_asr.diarization.frames import speaker_change
 from speaker_asr.live.engine import LiveEngine
 from speaker_asr.live.items import LOOK_S, Item, activity_due
-from speaker_asr.live.labelling import item_speakers, segment_event, turns_by_diarization, turns_by_voice
+from speaker_asr.live.segment_events import item_speakers, segment_event, turns_by_diarization, turns_by_voice
 from speaker_asr.live.protocol import TranscriptionSegment
-from speaker_asr.live.speakers import OnlineSpeakers
+from speaker_asr.live.online_labels import OnlineSpeakers
 from speaker_asr.models import Decoded
 
 logger = logging.getLogger("server")
@@ -81,9 +81,9 @@ class SpeakerWork:
                        with_words: bool) -> list[TranscriptionSegment]:
         """The item's segment events: its own diarization's speakers (on the diarization
         thread), its words attributed to them, in the session's labels
-        (:func:`~speaker_asr.live.labelling.turns_by_diarization`), or, when it heard nobody or
+        (:func:`~speaker_asr.live.segment_events.turns_by_diarization`), or, when it heard nobody or
         could not decide a speaker (no voice long enough at the session's start), the whole
-        item's voice (:func:`~speaker_asr.live.labelling.turns_by_voice`); one event per speaker
+        item's voice (:func:`~speaker_asr.live.segment_events.turns_by_voice`); one event per speaker
         turn. A model error here costs the item its segments only (logged): its text is
         out already."""
         seconds = len(audio) / SAMPLE_RATE
