@@ -352,7 +352,7 @@ class Models:
         bounds the decode (None: the model's limit); a decode whose tokens go round in a loop (a
         phrase repeated back to back: :func:`~speaker_asr.asr.hallucination.looping`) ends
         there. ``cancel``: set, it stops the decode at its next token
-        (:class:`~speaker_asr.asr.transcriber.DecodeCancelled`)."""
+        (:class:`~speaker_asr.asr.stopping.DecodeCancelled`)."""
         from speaker_asr.patches.draft_decoding import DraftTokens
 
         tokens = DraftTokens(given=draft or None)

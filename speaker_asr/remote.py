@@ -7,7 +7,9 @@ flight, each POSTed with ``Authorization: Bearer <token>`` when there is a token
 endpoint answers 503 while a replica starts (scale-to-zero) and proxies answer 502/504 or 429
 under load, so those, and connection errors, are retried with exponential backoff and jitter,
 honouring ``Retry-After``, until the recording has spent ``RetryPolicy.max_wait_s`` retrying
-(:class:`~speaker_asr.batch.Unavailable`, saying so). A 4xx is the recording's own failure
+(:class:`~speaker_asr.batch.Unavailable`, saying so). tenacity runs the retries (attempts, the
+budget, the waits on the run's stop event, the log line before each); :class:`RetryPolicy` says
+which answers are retried and how long each wait is. A 4xx is the recording's own failure
 (400: bad audio or parameters, 413: larger than the server takes, 415), never retried, reported
 with the server's message; 401/403 (the token) and 404/405 (not an endpoint's URL) end the run.
 The token is never written anywhere: every message is scrubbed of it.
@@ -29,8 +31,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 from urllib.parse import urlsplit, urlunsplit
+
+import tenacity
 
 from speaker_asr.audio.files import upload_content_type
 from speaker_asr.batch import Engine, FileError, Interrupted, Reply, RunError, Unavailable
@@ -178,6 +182,25 @@ def _is_loopback(host: Optional[str]) -> bool:
 # --------------------------------------------------------------------------- the engine
 
 
+class _Budget:
+    """tenacity's stop condition for one recording: stop once waiting again would take it past
+    ``max_wait_s`` of retrying, counted from its first failed attempt (the first request's own
+    time, which may be long, is not retrying)."""
+
+    def __init__(self, max_wait_s: float):
+        self.max_wait_s = max_wait_s
+        self.first_failure: Optional[float] = None
+
+    def spent(self, state: tenacity.RetryCallState) -> float:
+        """Seconds from the first failed attempt's answer to the last one's."""
+        if self.first_failure is None:
+            self.first_failure = state.outcome_timestamp
+        return state.outcome_timestamp - self.first_failure
+
+    def __call__(self, state: tenacity.RetryCallState) -> bool:
+        return self.spent(state) + state.upcoming_sleep > self.max_wait_s
+
+
 @dataclass
 class _Attempt:
     status: Optional[int] = None          # None: no HTTP answer (connection error)
@@ -238,34 +261,42 @@ class RemoteEngine(Engine):
     def respond(self, audio: bytes, parameters: dict[str, Any], source: Optional[Path],
                 stop: threading.Event) -> Reply:
         data, headers, query = self._request(audio, parameters, source)
+        policy, budget = self.policy, _Budget(self.policy.max_wait_s)
         attempts = 0
-        first_failure: Optional[float] = None
-        while True:
-            if stop.is_set() and attempts:
-                raise Interrupted()
+
+        def post() -> _Attempt:
+            nonlocal attempts
             attempts += 1
-            attempt = self._post(data, headers, query)
-            if attempt.status == 200:
-                return Reply(attempt.response, attempts=attempts)
-            retryable = attempt.status is None or self.policy.retryable(attempt.status)
-            if not retryable:
-                raise self._failure(attempt, attempts)
-            now = time.monotonic()
-            first_failure = now if first_failure is None else first_failure
+            return self._post(data, headers, query)
+
+        def wait(state: tenacity.RetryCallState) -> float:
             with self._rng_lock:
-                delay = self.policy.delay(attempts, attempt.retry_after, self.rng)
-            spent = now - first_failure
-            if spent + delay > self.policy.max_wait_s:
-                asked = (f"; it asked to wait {attempt.retry_after:.0f} s more (Retry-After)"
-                         if attempt.retry_after is not None and attempt.retry_after > self.policy.max_wait_s - spent
-                         else "")
-                raise Unavailable(self.redact(
-                    f"gave up after {attempts} attempt{'s' if attempts != 1 else ''} over {spent:.1f} s "
-                    f"(the limit is {self.policy.max_wait_s:g} s of retrying, --max-wait){asked}; "
-                    f"last answer: {attempt.reason}"), attempts=attempts)
-            logger.info("%s: %s; retrying in %.1f s", source or self.shown_url, self.redact(attempt.reason), delay)
-            if stop.wait(delay):
+                return policy.delay(state.attempt_number, state.outcome.result().retry_after, self.rng)
+
+        def sleep(seconds: float) -> None:
+            if stop.wait(float(seconds)):  # the run is stopping: put the recording down
                 raise Interrupted()
+
+        def log(state: tenacity.RetryCallState) -> None:
+            logger.info("%s: %s; retrying in %.1f s", source or self.shown_url,
+                        self.redact(state.outcome.result().reason), state.upcoming_sleep)
+
+        def give_up(state: tenacity.RetryCallState) -> NoReturn:
+            attempt, spent = state.outcome.result(), budget.spent(state)
+            asked = (f"; it asked to wait {attempt.retry_after:.0f} s more (Retry-After)"
+                     if attempt.retry_after is not None and attempt.retry_after > policy.max_wait_s - spent
+                     else "")
+            raise Unavailable(self.redact(
+                f"gave up after {attempts} attempt{'s' if attempts != 1 else ''} over {spent:.1f} s "
+                f"(the limit is {policy.max_wait_s:g} s of retrying, --max-wait){asked}; "
+                f"last answer: {attempt.reason}"), attempts=attempts)
+
+        attempt = tenacity.Retrying(
+            retry=tenacity.retry_if_result(lambda a: a.status is None or policy.retryable(a.status)),
+            wait=wait, stop=budget, sleep=sleep, before_sleep=log, retry_error_callback=give_up)(post)
+        if attempt.status == 200:
+            return Reply(attempt.response, attempts=attempts)
+        raise self._failure(attempt, attempts)
 
     # -- one request
 

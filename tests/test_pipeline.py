@@ -93,7 +93,7 @@ def test_a_decode_stops_at_the_next_token_once_its_cancel_is_set(handler):
 
     import pytest
 
-    from speaker_asr.asr.transcriber import DecodeCancelled
+    from speaker_asr.asr.stopping import DecodeCancelled
 
     class SetAfter:
         """An event that reads as set from its ``n``-th look on (mid-decode)."""

@@ -25,7 +25,8 @@ import numpy as np
 
 from speaker_asr.asr.assist_policy import AssistPolicy
 from speaker_asr.audio.decode import SAMPLE_RATE
-from speaker_asr.asr.hallucination import drop_hallucinations, looping
+from speaker_asr.asr.hallucination import drop_hallucinations
+from speaker_asr.asr.stopping import DecodeCancelled, stopping_criteria
 from speaker_asr.config import DEFAULT_BATCH_SIZE, DEFAULT_CPU_BATCH_SIZE, MAX_CHUNK_LENGTH_S, InferenceConfig, ModelCapabilities
 from speaker_asr.settings import ModelSettings
 from speaker_asr.compat import dtype_kwarg, transformers_major
@@ -420,7 +421,8 @@ class WhisperTranscriber:
             generate_kwargs["max_new_tokens"] = min(max_new_tokens,
                                                     generate_kwargs.get("max_new_tokens", max_new_tokens))
         if cancel is not None or stop_loops:
-            generate_kwargs["stopping_criteria"] = _stopping(cancel, stop_loops, self._timestamp_begin())
+            generate_kwargs["stopping_criteria"] = stopping_criteria(cancel, stop_loops,
+                                                                  self._timestamp_begin())
         if windows is not None and len(audios) == 1 and not chunked \
                 and self.window_count(len(audios[0]), cfg, chunked) > 1 and self.monitors_progress:
             # Whisper's sequential loop says where each window starts: (seek, max frames)
@@ -485,29 +487,3 @@ class WhisperTranscriber:
         token = self.processor.tokenizer.convert_ids_to_tokens(int(ids.reshape(-1)[0]))
         code = str(token).strip("<|>")
         return code if code in self.languages else None
-
-
-class DecodeCancelled(Exception):
-    """A decode stopped by its caller through its ``cancel`` event."""
-
-
-def _stopping(cancel: Optional[threading.Event], stop_loops: bool, timestamp_begin: Optional[int]):
-    """generate's stopping criteria, checked once per generated token: with ``cancel``, a
-    :class:`DecodeCancelled` at the first token after it is set; with ``stop_loops``, the end of
-    the sequences whose text tokens loop (:func:`~speaker_asr.asr.hallucination.looping`; the
-    timestamp tokens from ``timestamp_begin`` on left out: each repeat of a looping sentence
-    gets new times)."""
-    import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList
-
-    class Stop(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            if cancel is not None and cancel.is_set():
-                raise DecodeCancelled("cancelled while it decoded")
-            done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-            if stop_loops:
-                for i, row in enumerate(input_ids.tolist()):
-                    done[i] = looping([t for t in row if timestamp_begin is None or t < timestamp_begin])
-            return done
-
-    return StoppingCriteriaList([Stop()])
