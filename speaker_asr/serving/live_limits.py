@@ -197,7 +197,8 @@ class SessionGuard:
                 self._stuck.set()
                 raise ClientNotReading(f"a send waited {self.limits.send_timeout_s:g} s") from None
             except Exception:
-                self._left.set()
+                if not self._stuck.is_set():  # not a send behind the one that timed out
+                    self._left.set()
                 raise
 
     async def run(self, serving: Awaitable[Union[str, SessionEnd]], session) -> str:
@@ -249,10 +250,10 @@ class SessionGuard:
             while True:
                 done, _ = await asyncio.wait({stuck, stop, left}, timeout=WATCH_INTERVAL_S,
                                              return_when=asyncio.FIRST_COMPLETED)
+                if stuck in done:  # a client that reads nothing is dropped; said so before it is gone
+                    return not_reading_end(self.limits)
                 if left in done:
                     return CLIENT_LEFT
-                if stuck in done:
-                    return not_reading_end(self.limits)
                 if stop in done:
                     return SHUTDOWN_END
                 now = time.monotonic()
