@@ -1,8 +1,10 @@
 """A live session's committed items on their way to the model, in order, and the back-pressure
-on its client: at most :data:`MAX_PENDING_ITEMS` wait; while that many do, the session stops
-reading the client's messages (:meth:`ItemQueue.wait_for_room`), so audio sent faster than the
-model transcribes it waits in the client's socket (TCP backpressure) instead of in this
-process's memory. No I/O of its own: the session hands it the work an item gets."""
+on its client: at most :data:`MAX_PENDING_ITEMS` wait; while that many do, the route takes no
+message of the session's (:meth:`ItemQueue.wait_for_room`). The route's
+:class:`~speaker_asr.serving.live_limits.ReadAhead` reads on for it up to
+``LIVE_READ_AHEAD_BYTES`` (so that the client's pings are answered), and past that audio sent
+faster than the model transcribes it waits in the client's socket (TCP backpressure). No I/O of
+its own: the session hands it the work an item gets."""
 
 from __future__ import annotations
 

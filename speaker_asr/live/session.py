@@ -1,74 +1,19 @@
 """One live transcription session (OpenAI's Realtime protocol, ``intent=transcription``): the
-client's events in, the server's events out. The WebSocket route
-(speaker_asr/serving/realtime.py) accepts the connection and feeds every text message to
-:meth:`LiveSession.handle`; everything else is here.
+client's events in, the server's events and model calls out. The WebSocket route
+(speaker_asr/serving/realtime.py) feeds every message to :meth:`LiveSession.handle`.
 
-The audio
-    Appended frames are decoded to 16 kHz (:class:`~speaker_asr.live.audio_format.FrameDecoder`)
-    onto the session's *audio clock* (samples since the session began; every ``*_ms`` and every
-    segment time is on it). The session holds only the *buffer*: the audio not yet committed
-    (:class:`~speaker_asr.live.buffer.AudioBuffer`).
-
-Turns
-    * ``turn_detection: null``: the client commits (``input_audio_buffer.commit``).
-    * ``server_vad``: silero-vad (:class:`~speaker_asr.live.vad.SessionVad`) on every 32 ms window as it arrives. While no one
-      speaks the buffer keeps only ``prefix_padding_ms``; speech opens an item
-      (``speech_started``, ``audio_start_ms`` including the padding), and ``silence_duration_ms``
-      of silence closes it (after 8 s of speech a 200 ms pause does:
-      :data:`~speaker_asr.live.vad.LONG_TURN_MS`) (``speech_stopped`` at the end of the last speech window, then
-      ``committed``; the item's audio runs to the stop point plus ``silence_duration_ms``
-      at most, the silence heard).
-
-Bounds (each documented in docs/serving.md, "Live")
-    * An item is at most :data:`~speaker_asr.live.items.MAX_ITEM_S` (30 s: Whisper's window, what it sees at once). With
-      server VAD an utterance that reaches it is committed there and a new item opens at once
-      (``speech_stopped`` + ``committed`` + ``speech_started``, the same speech going on). With
-      manual commits an append that would take the buffer past it is refused (an ``error``,
-      code ``input_audio_buffer_full``) and its audio dropped: commit first.
-    * Committed items wait for the model in a queue of at most
-      :data:`~speaker_asr.live.item_queue.MAX_PENDING_ITEMS` (:mod:`.item_queue`); while it is
-      full the session stops reading the client's messages (:meth:`LiveSession.wait_for_room`),
-      so audio sent faster than the model transcribes it waits in the client's socket (TCP
-      backpressure) instead of in this process's memory. A real-time client never meets this
-      unless the model cannot keep up; its items are then late, never lost.
-    * Frames: at most ``max_frame_bytes`` of base64 per append (``LIVE_MAX_FRAME_BYTES``), larger
-      ones refused with an ``error``.
-
-Decoding and speakers (docs/architecture.md, "A live session, in one pass", walks them)
-    * A growing item is decoded again as it grows (:mod:`.items`: when;
-      :class:`~speaker_asr.live.decoding.DecodeScheduler`: the decodes), on the model thread
-      through the engine (:class:`~speaker_asr.live.engine.LiveEngine`), each decode feeding
-      :class:`~speaker_asr.live.agreement.LocalAgreement`, whose newly agreed words go out as
-      ``delta`` events; at commit its final decode gives the last ``delta`` and ``completed``.
-      A partial that cannot be the final stops at the commit; none starts while a final waits.
-    * With ``speaker_labels`` and a diarization loaded (:mod:`.item_diarization`), a growing item
-      is cut where another person takes over; once its text is out its speakers are found on
-      the diarization thread and given the session's labels (:mod:`.segment_events`,
-      :mod:`.speaker_roster`) -> one ``segment`` event per speaker turn, before the next item.
-      Items complete in order.
-    * A model exception for an item: ``conversation.item.input_audio_transcription.failed`` for
-      it (no internals; the traceback goes to the log); the session goes on. A failed partial
-      decode is logged and skipped; a failure while finding speakers costs the item its
-      segments only.
-    * Items as OpenAI announces them: ``conversation.item.added`` right after ``committed`` (its
-      transcript null), ``conversation.item.done`` after the item's last transcription event.
-    * ``speaker_asr.session.finish`` (:meth:`LiveSession._end`): the buffer committed, every
-      item finished, then with ``final_transcript`` the final pass (the file pipeline over the
-      kept audio, :class:`~speaker_asr.live.final_pass.FinalPassInput`, its speakers in the live
-      labels: :mod:`.final_pass`) as one
-      ``transcript.text.done``; a failure of it, an ``error`` (``final_transcript_failed``).
-
-Faults: a message that is not an event, bad base64, a bad frame or an unknown event get an
-``error`` event and the session goes on. :meth:`LiveSession.close` (the client left, or the
-session ends) cancels what is pending: queued model calls are dropped before they run, a running
-final pass stops at its next progress step (it raises
-:class:`~speaker_asr.live.final_pass.FinalPassCancelled`), nothing is
-kept.
-
-What the session counts (:attr:`LiveSession.stats`, a :class:`~speaker_asr.live.stats.SessionStats`;
-:attr:`LiveSession.clock`) and, with ``metrics``, each item's latency from its commit to its
-``completed`` event and the seconds of audio received go to the server's metrics
-(speaker_asr/serving/metrics.py).
+The flow is described once: what a client sees (events, turns, bounds, the end) in
+docs/serving.md, "Live"; which part of the code does each step in docs/architecture.md, "A live
+session, in one pass". Here the session holds its parts together, each with one job:
+:class:`~speaker_asr.live.buffer.AudioBuffer` (the audio not committed, on the session's *audio
+clock*: samples since it began, 16 kHz, which every ``*_ms`` and segment time is on),
+:class:`~speaker_asr.live.vad.SessionVad` (turns), :class:`~speaker_asr.live.decoding.DecodeScheduler`
+(partial and final decodes), :class:`~speaker_asr.live.item_queue.ItemQueue` (committed items in
+order), :class:`~speaker_asr.live.speaker_roster.SessionSpeakers` and
+:class:`~speaker_asr.live.item_diarization.SpeakerWork` (who speaks), and
+:class:`~speaker_asr.live.final_pass.FinalPassInput` (the audio kept for a final pass).
+:meth:`LiveSession.close` cancels what is pending: queued model calls are dropped before they
+run, a running final pass stops at its next progress step, nothing is kept.
 """
 
 from __future__ import annotations
@@ -181,7 +126,7 @@ class LiveSession:
         self.final.sent(event)
 
     async def wait_for_room(self) -> None:
-        """Wait until the committed items' queue has room (see the module's docstring)."""
+        """Wait until the committed items' queue has room (:meth:`ItemQueue.wait_for_room`)."""
         await self.queue.wait_for_room()
 
     async def drain(self) -> None:
