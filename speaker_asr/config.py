@@ -36,9 +36,9 @@ if typing.TYPE_CHECKING:
 
 DEFAULT_BATCH_SIZE = 24  # GPU: windows decoded at once for long audio
 # CPU: batching buys little there (the matrix products are already large) while every window in
-# the batch keeps its decoder's cross-attention weights for word timestamps: measured on 10 min
-# of speech with whisper tiny.en, batch 24 peaked 3023 MB above the loaded model, batch 8 1312 MB,
-# with the same words (reliability/long_audio.py --stage asr --param batch_size=N)
+# the batch keeps its decoder's cross-attention weights for word timestamps, so the peak memory
+# grows with the batch and the words stay the same (docs/measurements.md, "Figures behind the
+# speed fixes' reasons"; reliability/long_audio.py --stage asr --param batch_size=N)
 DEFAULT_CPU_BATCH_SIZE = 8
 MAX_BATCH_SIZE = 64
 MAX_CHUNK_LENGTH_S = 30.0
@@ -322,10 +322,10 @@ class InferenceConfig(BaseModel):
         """Why ``auto`` decodes this request without the assistant whatever was measured (one of
         :data:`~speaker_asr.types.ASSIST_REASONS`), or None when both modes are interchangeable:
         an assistant is loaded, the audio fits one window (assisted decoding runs at batch 1, so
-        for longer audio batched windows win: measured on an A10 with large-v3 +
-        distil-large-v3, assisted took 327 ms vs 784 ms plain on 8 s, but 4.15 s vs 3.48 s on
-        60 s), decoding is greedy, no batch size above 1 was asked for and the channels are not
-        decoded side by side (``multichannel``). With
+        for longer audio batched plain windows win even where the assistant wins on one window:
+        docs/measurements.md, "Figures behind the speed fixes' reasons"), decoding is greedy, no
+        batch size above 1 was asked for and the channels are not decoded side by side
+        (``multichannel``). With
         ``long_form='sequential'`` both run one window at a time, so any length is eligible."""
         if not has_assistant:
             return ASSIST_NO_ASSISTANT

@@ -69,8 +69,8 @@ class ModelSettings(BaseSettings):
         "recipe", description="recipe: every segmentation window's speakers embedded, as pyannote's 3.1 "
                               "recipe computes them. approximate (opt-in, CPU only, recordings over 5 "
                               "minutes): the speakers of every fifth window embedded and the others "
-                              "pooled from the two around them, 3-4x faster diarization, measured "
-                              "at 0.0-0.7 DER points off the recipe's (docs/measurements.md)")
+                              "pooled from the two around them: faster diarization, slightly off the "
+                              "recipe's DER (docs/measurements.md, 'Diarization on CPU')")
     sentence_voices: bool = Field(
         True, description="check the diarization's speakers by the voices of the transcript's "
                           "sentences: a speaker whose sentences hold two clearly different voices "
@@ -137,8 +137,9 @@ DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 # most clients' timeouts
 DEFAULT_MAX_QUEUE = 8
 # live sessions at once: each shares the one model thread with the others and the file requests
-# (a second of speech costs tiny.en about 0.1-0.2 s of CPU to decode, re-decoded about once a
-# second while it grows), so a few per CPU model
+# (a growing utterance is decoded again about once a second, and each decode of it takes a real
+# part of a CPU's time: docs/measurements.md, "Figures behind the speed fixes' reasons"), so a few
+# per CPU model
 DEFAULT_MAX_SESSIONS = 4
 DEFAULT_LIVE_MAX_SESSION_S = 3600  # OpenAI's Realtime sessions last 60 minutes at most
 # one append's audio: 1 MiB is 21 s of 24 kHz PCM (clients send 20-100 ms); OpenAI allows 15 MiB

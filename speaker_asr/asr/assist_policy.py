@@ -2,11 +2,11 @@
 whichever this deployment has measured to be faster. Pure Python, no torch.
 
 Whether speculative decoding pays off depends on the pair of models and the hardware, not on
-the request: distil-large-v3 drafting for large-v3 on an A10 took 327 ms instead of 784 ms for
-8 s of audio, while on a CPU, or with a weak assistant, the drafts cost more than they save (the
-kit's untrained 2-layer assistant made whisper base 1.2-1.9x slower here). Both ways give the
-same text -- greedy assisted decoding equals greedy decoding -- so the policy can simply try
-both and keep the faster: it alternates until it has :attr:`min_samples` timings of each, then
+the request: a well-matched assistant on a GPU can save time on a short request, while on a
+CPU, or with a weak assistant, the drafts cost more than they save (docs/measurements.md,
+"Long-form decoding and the assistant" and "Figures behind the speed fixes' reasons"). Both ways
+give the same text -- greedy assisted decoding equals greedy decoding -- so the policy can simply
+try both and keep the faster: it alternates until it has :attr:`min_samples` timings of each, then
 picks the mode with the lower median seconds per second of audio over the last
 :attr:`window` timings, and every :attr:`explore_every`-th decision takes the other mode once so
 a change (a busier machine, longer requests) is noticed. Each choice says why

@@ -3,9 +3,10 @@ at load (:func:`choose_int8_path`):
 
 * ``bf16`` -- where the CPU computes bfloat16 natively (AVX512-BF16 or AMX): the decoder's weights
   as int8, the model in bfloat16 (below);
-* ``dynamic`` -- everywhere else (AVX2-only CPUs, where torch emulates bfloat16 and that form ran
-  2.2x slower than float32): the decoder's linear layers and the vocabulary projection as int8
-  with activations quantized to int8 on the fly, PyTorch's own dynamic quantization (fbgemm /
+* ``dynamic`` -- everywhere else (AVX2-only CPUs, where torch emulates bfloat16 and that form is
+  slower than float32: docs/measurements.md, "QUANTIZATION=int8: its two forms"): the decoder's
+  linear layers and the vocabulary projection as int8 with activations quantized to int8 on the
+  fly, PyTorch's own dynamic quantization (fbgemm /
   oneDNN int8 kernels, which use AVX2's integer instructions); the encoder and everything else
   float32 (:func:`quantize_dynamic_int8` says why).
 
@@ -20,7 +21,7 @@ bfloat16 (the model is loaded in bfloat16).
 
 The kernel is ``torch._weight_int8pack_mm`` (bfloat16 activations, int8 weights, per-row scales),
 the CPU kernel torchao's weight-only int8 uses. Unlike the float32 default this changes the
-output, as faster-whisper's int8 does: measured WER is in docs/measurements.md ("Speed, measured") and bench/results.md.
+output, as faster-whisper's int8 does: measured WER is in docs/measurements.md ("Speed") and bench/results.md.
 """
 
 from __future__ import annotations

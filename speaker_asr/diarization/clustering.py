@@ -29,14 +29,16 @@ from typing import Optional
 
 import numpy as np
 
-# at or below this many embeddings pyannote's own (quadratic) clustering runs, cheap there (about
-# 1 s and 0.06 GB of distances): about 45 minutes of meeting at the 3.1 recipe's 1-s step
+# at or below this many embeddings pyannote's own (quadratic) clustering runs, cheap there (0.06 GB
+# of distances; its time: docs/measurements.md, "Long recordings"): about 45 minutes of meeting at
+# the 3.1 recipe's 1-s step
 EXACT_LIMIT = 4000
 # rows per block of the first pass, and the most clusters one weighted linkage takes at once.
 # Smaller blocks leave more of a block's stray embeddings (overlapped speech, between two voices)
 # on their own, and across many blocks they can gather into a cluster pyannote's whole linkage does
-# not make: on an hour of the kit's real speech (2,405 embeddings, 3 voices) blocks of 250-1,000
-# found a fourth "speaker" of 25-29 such embeddings, 2,000 the same 3 as pyannote (16 MB a block)
+# not make: on an hour of the kit's real speech, smaller blocks found an extra "speaker" of such
+# embeddings, 2,000 the same voices as pyannote (docs/measurements.md, "Figures behind the speed
+# fixes' reasons"; 16 MB of distances a block)
 BLOCK = 2000
 
 

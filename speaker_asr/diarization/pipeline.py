@@ -188,8 +188,8 @@ def settings_in_force(report) -> dict:
     if applied:
         summary = (f"approximate past {SHARED_AFTER_S:g} s (DIARIZATION_EMBEDDINGS=approximate): every "
                    f"{EMBEDDING_STRIDE}th window's speakers embedded, the others pooled from the two "
-                   "around them; faster, measured 0.0-0.7 DER points off the recipe's; every "
-                   "window's below")
+                   "around them; faster, slightly off the recipe's DER (docs/measurements.md); "
+                   "every window's below")
     else:
         why = f" ({shared.reason})" if shared is not None and shared.reason else ""
         summary = f"every window's speakers embedded, as pyannote's recipe does{why}"

@@ -30,7 +30,8 @@ PAUSE_DECODE_S = 0.096  # a pause this long (3 VAD windows) gets a partial decod
 PARTIAL_REST = 1.0
 MIN_PARTIAL_S = 0.5  # an item shorter than this is not decoded before its commit
 # a growing item's speaker activity is looked at again after this much new audio (the
-# segmentation model over the item: about 4 ms per second of audio on a CPU core)
+# segmentation model over the item, cheap beside a decode: docs/measurements.md, "Figures behind
+# the speed fixes' reasons")
 ACTIVITY_INTERVAL_S = 0.2
 # a look at a growing item's speakers takes its last seconds at most (a hand-over is found in its
 # last CHANGE_BEFORE_S + CHANGE_AFTER_S; the look's cost stays that of a short item)

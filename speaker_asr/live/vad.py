@@ -2,7 +2,8 @@
 stops (OpenAI's ``server_vad``: ``threshold``, ``prefix_padding_ms``, ``silence_duration_ms``).
 
 * :class:`SileroVad` -- one session's silero-vad model (the ``silero-vad`` package ships its
-  weights in its wheel; TorchScript, about 3 ms of one CPU core per 32 ms window): 16 kHz float32
+  weights in its wheel; TorchScript, a small part of one CPU core at real time:
+  docs/measurements.md, "Figures behind the speed fixes' reasons"): 16 kHz float32
   samples in, one speech probability per window of :data:`WINDOW` samples out. The model is
   stateful (it carries context from one window to the next), so each session loads its own.
 * :class:`TurnDetector` -- pure: the probabilities -> ``start`` and ``stop`` events at sample

@@ -8,11 +8,11 @@ algorithm instead: when a window's text ends inside a segment (no
 closing timestamp, the usual case for a window cut mid-speech), it throws that segment away and
 decodes the window *again* from the segment's start, a second encoder pass and decoding run for
 the batch. The re-decoded stretch lies in the window's right overlap, which the next window
-covers from its own start and the merge reconciles anyway, so it is paid for twice (and transformers 4.51's pipeline then dropped text: 67 of 134 words
-of the 49 s LibriVox test file with word timestamps, and a batch of two or more windows failed
-with an IndexError in its token timestamps); measured
-with int8 weights on the 60 s bench file (quiet machine, median of 3), 2.70 -> 1.79 s (tiny.en)
-and 3.42 -> 2.87 s (base); word error rates in bench/README.md.
+covers from its own start and the merge reconciles anyway, so it is paid for twice (and
+transformers 4.51's pipeline then drops text when word timestamps are asked for, and a batch
+of two or more windows fails with an IndexError in its token timestamps). One pass per window
+saves that second pass; its timings and word error rates: docs/measurements.md ("What each speed
+fix gains").
 
 :func:`install` wraps one model's segment splitter so that, inside :func:`one_pass_per_window`,
 an unfinished window keeps its tail as a last segment (the tokens the single pass wrote, with
@@ -46,11 +46,12 @@ def one_pass_per_window(enabled: bool = True):
 
 def _continued_windows_merge(word_timestamps: bool) -> bool:
     """Whether transformers' window merge handles a window decoded in more than one pass. 4.51's
-    ``_decode_asr`` does not with word timestamps (the token times restart at each pass; the merge
-    then dropped half of the 49 s LibriVox test file with whisper-base and tiny.en), so there every
-    window keeps its single pass when words are asked for (measured on that file and the clips
-    followed by pyannote's sample: no word lost that way; 4.51's word mode still writes 142 words
-    of the latter where plain decoding writes 161, in its own window merge)."""
+    ``_decode_asr`` does not with word timestamps (the token times restart at each pass, and the
+    merge then drops words), so there every window keeps its single pass when words are asked for
+    (checked on the 49 s LibriVox test file and on the LibriVox clips followed by pyannote's
+    sample: no word lost that way; 4.51's word mode still writes fewer words of the latter than
+    its plain decoding, in its own window merge: docs/measurements.md, "Word timestamps:
+    memory")."""
     from speaker_asr.compat import transformers_at_least
 
     return transformers_at_least("4.52") or not word_timestamps
@@ -73,8 +74,9 @@ def keep_tail(segments: list, offset, **kw) -> tuple[list, object]:
     window's right overlap (which the next window decodes from its own start), the tokens after
     the last complete segment are kept as a final segment and the offset covers the whole window.
     An unfinished stretch that begins before the overlap -- always so in the last window, which
-    has none -- is decoded again as Whisper does: nothing else would cover it (the last 5.7 s of
-    the 49 s LibriVox test file were lost with whisper-base). Not for word timestamps under
+    has none -- is decoded again as Whisper does: nothing else would cover it (kept as a tail
+    instead, the end of a recording can go untranscribed: docs/measurements.md, "Figures behind
+    the speed fixes' reasons"). Not for word timestamps under
     transformers 4.51, whose window merge cannot take a window decoded twice."""
     prev, idx = kw["prev_idx"], kw["idx"]
     frames = kw["seek_num_frames"][prev]

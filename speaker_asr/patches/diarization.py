@@ -2,9 +2,9 @@
 
 * ``skip_silent_embeddings``: the pipeline extracts one speaker embedding per (window, local
   speaker) pair -- 3 local speakers per 10 s window with segmentation-3.0 -- including the pairs
-  whose speaker never speaks in that window (all-zero mask): 22 of 63 pairs on the 30 s
-  two-speaker sample, 79 of 153 on the 60 s benchmark input. Those pairs now get a NaN embedding
-  without running the model. This cannot change the output when either
+  whose speaker never speaks in that window (all-zero mask): a large share of the pairs on the
+  bench inputs (counted in docs/measurements.md, "Figures behind the speed fixes' reasons").
+  Those pairs get a NaN embedding without running the model. This cannot change the output when either
   (a) the embedding model itself returns NaN for an all-zero mask (probed at load), or
   (b) the clustering assigns each (window, speaker) pair on its own (``constrained_assignment``
   false, as in the 3.1 recipe's AgglomerativeClustering): pyannote trains the clustering only on
@@ -14,23 +14,27 @@
   WeSpeaker ResNet34, the 3.1 recipe's embedding, runs its whole network on every row and pools
   with the mask at the end, so it gains most.
 * ``cpu_embedding_batch``: on CPU the embeddings run one window at a time instead of the recipe's
-  32: WeSpeaker ResNet34's activations for 32 ten-second windows do not fit the caches, and one
-  at a time was 2x faster here (30 s sample: 34.4 -> 17.0 s). Same speaker turns on every input
-  measured; the embeddings differ only in float rounding (at most 1.4e-7 on values up to 0.14).
+  32: WeSpeaker ResNet34's activations for 32 ten-second windows do not fit the caches, so one
+  at a time is faster on CPU (docs/measurements.md, "Figures behind the speed fixes' reasons").
+  The speaker turns stay the same (bench/diarization_bench.py compares them); the embeddings
+  differ only in float rounding.
 * ``embed_trunk_once``: pyannote runs the embedding model once per (window, local speaker) pair,
   the fbank and the whole network each time. WeSpeaker ResNet (the 3.1 recipe's ResNet34) takes
-  its mask only in the statistics pooling at the very end: its network now runs once per window
+  its mask only in the statistics pooling at the very end: its network runs once per window here
   and is pooled with each active speaker's mask (exact: probed at load against one slot at a time;
-  on the 60 s benchmark input 74 pair runs became 51 window runs). Models that cut frames by their
+  the runs it saves: docs/measurements.md, "Diarization on CPU"). Models that cut frames by their
   mask (the kit's CAM++) keep pyannote's way.
 * ``onnx_embedding_trunk`` and ``onnx_segmentation`` (CPU): those networks in ONNX Runtime
   (speaker_asr/patches/diarization_onnx.py).
-* ``share_window_embeddings`` (CPU; ``DIARIZATION_EMBEDDINGS=recipe`` turns it off): the speakers of
+* ``share_window_embeddings`` (CPU, recordings longer than ``SHARED_AFTER_S``; opt-in: installed
+  only with ``DIARIZATION_EMBEDDINGS=approximate``, never with the default ``recipe``, and, like
+  every patch here, only with ``DIARIZATION_SPEEDUPS`` on): the speakers of
   every fifth window are embedded and the others pooled from the two embedded windows around
   them, matched by their activity over the shared audio (speaker_asr/diarization/window_plan.py);
   a speaker neither heard is embedded from its own window. pyannote embeds each second of speech
   about ten times at its 1-s step; this about twice. It changes the embeddings, not the
-  segmentation or the clustering; its price in DER is in docs/measurements.md.
+  segmentation or the clustering; its price in DER is in docs/measurements.md ("Diarization on
+  CPU").
 * ``linear_clustering``: above ``EXACT_LIMIT`` embeddings (about 45 minutes of meeting) the
   clustering step's centroid linkage runs blockwise (speaker_asr/diarization/clustering.py):
   linear time and memory instead of n^2/2 distances, for the 3.1 recipe's agglomerative
@@ -361,7 +365,8 @@ def absorb_stray_clusters(pipeline) -> Optional[str]:
 # segmentation window are embedded, the others pooled from the two around them
 # (speaker_asr/diarization/window_plan.py). Shorter ones are embedded as the recipe does: a few
 # minutes take little time either way, and with few windows each embedding weighs more in the
-# clustering's decisions (on the 30-s meeting clips sharing moved two of ten speaker counts).
+# clustering's decisions (on the 30-s meeting clips sharing moved some of the speaker counts:
+# docs/measurements.md, "Diarization on CPU").
 EMBEDDING_STRIDE = 5
 SHARED_AFTER_S = 300.0
 

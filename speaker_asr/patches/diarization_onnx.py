@@ -2,12 +2,15 @@
 against torch, used only where they give the same output to float rounding.
 
 * ``onnx_embedding_trunk``: the WeSpeaker ResNet network that ``embed_trunk_once`` runs once per
-  window (fbank to frames): 1.8x torch's speed here at 2 threads (0.21 vs 0.38 s a 10 s window), the same
-  embeddings to float rounding (probed at load). Batching windows gained nothing on CPU (0.20-0.21 s
-  a window at 1, 2, 4 and 8), and neither did a thread count other than torch's.
-* ``onnx_segmentation``: the segmentation model (segmentation-3.0's PyanNet) likewise: 2-3x
-  torch's speed here for a batch of 32 windows, the same scores to float rounding and the same
-  powerset argmax.
+  window (fbank to frames): faster than torch on CPU at the same thread count, the same
+  embeddings to float rounding (probed at load). Neither batching windows nor a thread count
+  other than torch's made it faster on CPU.
+* ``onnx_segmentation``: the segmentation model (segmentation-3.0's PyanNet) likewise: faster
+  than torch for a batch of 32 windows, the same scores to float rounding and the same powerset
+  argmax.
+
+The timings behind both: docs/measurements.md ("Diarization on CPU"; the load-time export's cost
+in "Figures behind the speed fixes' reasons").
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from speaker_asr.patches.diarization import _equal_to_rounding, _pooled, off_cpu
 def onnx_embedding_trunk(pipeline, device=None) -> Optional[str]:
     """On CPU, run the WeSpeaker ResNet trunk that :func:`embed_trunk_once` runs once per window
     (fbank -> frames: all but the pooling and the last layer) with ONNX Runtime instead of
-    torch: 1.8x faster here at 2 threads (10 s window: 0.21 vs 0.38 s) with the same frames to
+    torch: faster on CPU (docs/measurements.md, "Diarization on CPU") with the same frames to
     float rounding (probed at load: at most 1e-5 of their scale apart). The model is exported in
-    memory at load (about 2 s) with as many threads as torch has. Returns None when it applied,
-    else why not."""
+    memory at load (a one-time cost added to the load) with as many threads as torch has. Returns
+    None when it applied, else why not."""
     if off_cpu(device):
         return off_cpu(device)
     model = getattr(pipeline, "_trunk_model", None)
@@ -108,10 +111,10 @@ def _onnx_missing() -> Optional[str]:
 
 def onnx_segmentation(pipeline, device=None) -> Optional[str]:
     """On CPU, run the segmentation model (segmentation-3.0's PyanNet: SincNet, LSTM, linear
-    layers) in ONNX Runtime, exported in memory at load: 2-3x torch's speed here for a batch of
-    32 windows, the same outputs to float rounding (probed at load on a batch of random windows,
-    and their argmax, which decides the powerset speakers, identical). Returns None when it
-    applied, else why not."""
+    layers) in ONNX Runtime, exported in memory at load: faster than torch for a batch of 32
+    windows (docs/measurements.md, "Diarization on CPU"), the same outputs to float rounding
+    (probed at load on a batch of random windows, and their argmax, which decides the powerset
+    speakers, identical). Returns None when it applied, else why not."""
     if off_cpu(device):
         return off_cpu(device)
     inference = getattr(pipeline, "_segmentation", None)

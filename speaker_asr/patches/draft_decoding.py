@@ -30,8 +30,9 @@ from typing import Any, Optional
 from speaker_asr.patches.scope import RequestScope
 
 # tokens proposed at once: a step verifying 12 costs little more than one token's step on a CPU
-# (the weights are read once); a wrong early token wastes that step's extra positions (tiny.en
-# on real meeting utterances, 2 AVX2 cores: 12 was as fast as 16 and faster than 8, 24 and 32)
+# (the weights are read once); a wrong early token wastes that step's extra positions. Of the
+# counts measured, 12 strikes that balance best (docs/measurements.md, "Figures behind the speed
+# fixes' reasons")
 PROPOSED = 12
 LONGEST_NGRAM = 4
 

@@ -3,8 +3,9 @@
 At batch 1 on CPU a decoding step is a few dozen small tensor operations per layer, and
 transformers 5 wraps them in a lot of Python: the output-capturing hooks that collect the
 attention weights, the keyword-deprecation wrappers, the causal-mask builder, the cache's
-bookkeeping and one module call per projection. Profiled on the 30 s sample (bench/README.md)
-that was about a tenth of the ASR time for tiny.en and base.
+bookkeeping and one module call per projection. For small models that overhead is a noticeable
+part of the ASR time (profiled: bench/README.md, "What the profiling found"; what removing it
+gains: docs/measurements.md, "What each speed fix gains").
 
 :func:`install` replaces one model's ``decoder.forward`` with :func:`lean_forward`: the same
 operations, in the same order and dtype, on the same modules and the same cache object, so every

@@ -5,8 +5,9 @@ every decoder layer and head at every decoding step (and for the scores, and on 
 copies the whole key/value cache to the CPU once per batch item), keeps all of it to the end of
 the batch, and then uses a handful of heads (the checkpoint's ``alignment_heads``: 10 of 640 for
 large-v3) for the dynamic time warping that places each token in time. That memory grows with
-layers x heads x batch x tokens: more than 12 GB above the model at batch 8 for a large-v3-shaped
-decoder in float32.
+layers x heads x batch x tokens x frames: for large-v3's decoder (32 layers x 20 heads) at batch
+8 and the 448-token limit, over 1500 frames in float32, up to 12.8 GiB of weights (measured on
+a large-v3-shaped model: docs/measurements.md, "Word timestamps: memory").
 
 :func:`install` changes where those weights come from, not what is done with them:
 
