@@ -39,6 +39,9 @@ when the frame that carries it was sent):
   the VAD put before it) to the item's first ``delta`` event, whether it came from a partial
   decode while the person spoke or with the final decode; ``before its end`` counts the items
   whose first delta came before their ``speech_stopped``.
+* **live recall of the file's words**: the share of the file endpoint's words the live
+  transcript has (aligned as WER aligns them); ``--commit-every S`` sends a commit every S
+  seconds wherever the speech is (a push-to-talk client), to show that no speech is lost.
 * **WER / WDER**: the live transcript (the items' ``segment`` events, each word with its
   segment's speaker; an item without one: its ``completed`` text without a speaker) and the file
   endpoint's against the recording's reference words when it has them (``ref.words.json``, the
@@ -190,6 +193,7 @@ async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
     pcm = pcm24k(audio16k)
     step = int(RATE * args.frame_ms / 1000) * 2  # bytes per frame
     out = Replay(frame_ms=args.frame_ms)
+    commit_every = int(round(args.commit_every * 1000 / args.frame_ms)) if args.commit_every else 0  # frames
     async with client.realtime.connect(model="whisper", extra_query={"intent": "transcription"}) as conn:
         await conn.session.update(session={
             "type": "transcription",
@@ -215,6 +219,8 @@ async def replay(url: str, key: str, audio16k: np.ndarray, args) -> Replay:
                 await asyncio.sleep(delay)
             await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + step]).decode())
             out.frame_sent.append(time.perf_counter())
+            if commit_every and (k + 1) % commit_every == 0:  # a push-to-talk client, wherever the speech is
+                await conn.input_audio_buffer.commit()
             if receiver.done():
                 break
         # our extension: commit what is open, finish every item (segments included), close
@@ -352,7 +358,8 @@ def quantile(values: list[float], q: float) -> Optional[float]:
 def score(reference: list[RefToken], hyp: list[HypToken]) -> dict:
     w = wer_counts([t.text for t in reference], [t.text for t in hyp])
     sp = wder_counts(reference, hyp)
-    return {"wer_errors": w.errors, "ref_words": w.length, "spk_errors": sp.errors, "spk_scored": sp.scored}
+    return {"wer_errors": w.errors, "ref_words": w.length, "spk_errors": sp.errors, "spk_scored": sp.scored,
+            "hits": w.length - w.substitutions - w.deletions}
 
 
 # --------------------------------------------------------------------------- one model
@@ -431,14 +438,15 @@ def pooled(rows: list[dict], key: str) -> Optional[dict]:
     scored = [r[key] for r in rows if key in r]
     if not scored:
         return None
-    return {k: sum(s[k] for s in scored) for k in ("wer_errors", "ref_words", "spk_errors", "spk_scored")}
+    return {k: sum(s[k] for s in scored) for k in ("wer_errors", "ref_words", "spk_errors", "spk_scored", "hits")}
 
 
 def table(model: str, rows: list[dict]) -> list[str]:
     lines = [f"### {model}", "",
              "| file | audio s | items | deltas | segments | speakers | end -> completed p50 / max s "
-             "| speech -> first delta p50 s | live WER | file WER | live WDER | file WDER | live vs file WER |",
-             "|---|---:|---:|---:|---:|---:|---|---:|---|---|---|---|---|"]
+             "| speech -> first delta p50 s | live WER | file WER | live WDER | file WDER | live vs file WER "
+             "| live recall of the file's words |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---|---|---|---|---|---:|"]
     for r in rows:
         live, file, vs = r.get("live"), r.get("file"), r.get("live_vs_file")
         lines.append(
@@ -449,7 +457,8 @@ def table(model: str, rows: list[dict]) -> list[str]:
             f"| {pct(file['wer_errors'], file['ref_words']) if file else '-'} "
             f"| {pct(live['spk_errors'], live['spk_scored']) if live else '-'} "
             f"| {pct(file['spk_errors'], file['spk_scored']) if file else '-'} "
-            f"| {pct(vs['wer_errors'], vs['ref_words']) if vs else '-'} |")
+            f"| {pct(vs['wer_errors'], vs['ref_words']) if vs else '-'} "
+            f"| {fmt(ratio(vs['hits'], vs['ref_words'])) if vs else '-'} |")
     return lines
 
 
@@ -480,10 +489,10 @@ def summary_table(summaries: list[dict]) -> list[str]:
              "| speech_stopped -> completed p50 / p95 / max s | reference word said -> its item completed p50 / p95 / max s "
              "| completed -> first segment p50 / p95 / max s "
              "| items with text, no segment | items with 2+ reference speakers | speech -> first delta p50 / p95 s "
-             "| live WER | file WER | live WDER | file WDER | live WDER / file WDER |",
-             "|---|---:|---|---|---|---|---|---:|---|---|---|---|---|---|---:|"]
+             "| live WER | file WER | live WDER | file WDER | live WDER / file WDER | live recall of the file's words |",
+             "|---|---:|---|---|---|---|---|---:|---|---|---|---|---|---|---:|---:|"]
     for s in summaries:
-        live, file, mixed = s["live"], s["file"], s["mixed"]
+        live, file, mixed, vs = s["live"], s["file"], s["mixed"], s["live_vs_file"]
         rel = None
         if live and file and ratio(file["spk_errors"], file["spk_scored"]):
             rel = ratio(live["spk_errors"], live["spk_scored"]) / ratio(file["spk_errors"], file["spk_scored"])
@@ -498,7 +507,8 @@ def summary_table(summaries: list[dict]) -> list[str]:
             f"| {pct(live['wer_errors'], live['ref_words']) if live else '-'} "
             f"| {pct(file['wer_errors'], file['ref_words']) if file else '-'} "
             f"| {pct(live['spk_errors'], live['spk_scored']) if live else '-'} "
-            f"| {pct(file['spk_errors'], file['spk_scored']) if file else '-'} | {fmt(rel)} |")
+            f"| {pct(file['spk_errors'], file['spk_scored']) if file else '-'} | {fmt(rel)} "
+            f"| {fmt(ratio(vs['hits'], vs['ref_words'])) if vs else '-'} |")
     return lines
 
 
@@ -533,6 +543,9 @@ def main(argv=None) -> int:
     p.add_argument("--prefix-ms", type=int, default=300)
     p.add_argument("--silence-ms", type=int, default=500)
     p.add_argument("--max-seconds", type=float, help="only the first seconds of each recording")
+    p.add_argument("--commit-every", type=float, metavar="S",
+                   help="an input_audio_buffer.commit every S seconds of audio sent, wherever the speech is "
+                        "(a push-to-talk client beside the server VAD)")
     p.add_argument("--drain-timeout", type=float, default=120.0,
                    help="seconds to wait after the audio's end for the last items")
     p.add_argument("--no-file", action="store_true", help="no file-endpoint comparison")

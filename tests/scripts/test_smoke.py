@@ -310,23 +310,26 @@ def test_live_replay(env, kit, tmp_path):
     sample = _Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
     meeting = str(kit / "meetings" / "standin_meeting")
     out = run([sys.executable, "bench/live_replay.py", str(sample), meeting, meeting, "--joined",
-               "--models", "tiny.en", "--speed", "10", "--max-seconds", "20", "--threads", "1"], env)
+               "--models", "tiny.en", "--speed", "10", "--max-seconds", "20", "--threads", "1",
+               "--commit-every", "5"], env)
     pooled = table_rows(out, "| model | files | items (failed) | end -> completed p50 / p95 / max s "
                              "| speech_stopped -> completed p50 / p95 / max s "
                              "| reference word said -> its item completed p50 / p95 / max s "
                              "| completed -> first segment p50 / p95 / max s | items with text, no segment "
                              "| items with 2+ reference speakers | speech -> first delta p50 / p95 s "
-                             "| live WER | file WER | live WDER | file WDER | live WDER / file WDER |")
+                             "| live WER | file WER | live WDER | file WDER | live WDER / file WDER "
+                             "| live recall of the file's words |")
     assert [r[:2] for r in pooled] == [["tiny.en", "4"]], out
     rows = table_rows(out, "| file | audio s | items | deltas | segments | speakers | end -> completed p50 / max s "
                            "| speech -> first delta p50 s | live WER | file WER | live WDER | file WDER "
-                           "| live vs file WER |")
+                           "| live vs file WER | live recall of the file's words |")
     assert [r[0] for r in rows] == ["sample", "standin_meeting", "standin_meeting", "joined (2 clips)"], out
     assert rows[3][1] == "42.0", rows  # the two 20 s clips and a second after each
     assert "| file | item audio (s) | speech_stopped -> completed s | of which waiting" in out  # the slowest items
     items = rows[0][2].split("/")
     assert int(items[1]) >= 1 and items[0] == items[1], rows  # the VAD heard the sample's speech; all completed
     assert rows[1][8] != "-" and rows[0][8] == "-" and rows[3][8] != "-", rows  # references: not the sample's
+    assert all(re.fullmatch(r"[01]\.\d\d", r[13]) for r in rows), rows  # the live words' recall of the file's
     saved = json.loads(next((tmp_path / "bench-results").glob("live-replay-*.json")).read_text())
     events = saved["results"]["tiny.en"][0]["events"]
     assert events[0][1]["type"] == "session.created" and any(e["type"].endswith(".completed") for _, e in events)
