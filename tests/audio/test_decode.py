@@ -83,6 +83,19 @@ def test_ffmpeg_containers(tmp_path, ext, args):
     assert abs(dominant_hz(audio) - 440.0) < 10.0
 
 
+@needs_ffmpeg
+def test_an_amr_recording_decodes():
+    """AMR (a phone's voice memo; the Inference Endpoints toolkit sends it as audio/amr): ffmpeg
+    builds without an AMR encoder still decode it, where test_ffmpeg_containers cannot make one.
+    The toolkit's own sample (../shared; skipped where it is absent): 30.12 s of speech."""
+    path = SHARED_AUDIO.parent / "hf-inference-toolkit" / "audio" / "sample.amr"
+    if not path.exists():
+        pytest.skip("../shared/hf-inference-toolkit/audio not present")
+    audio = decode_audio(path.read_bytes())
+    assert audio.dtype == np.float32 and audio.ndim == 1
+    assert abs(len(audio) / 16000 - 30.12) < 0.05 and np.abs(audio).max() > 0.05
+
+
 @pytest.mark.parametrize("data,fragment", [
     (b"", "empty"),
     (b"hello, this is plain text and not audio at all" * 10, "could not decode the audio"),

@@ -197,16 +197,34 @@ def test_recordings_up_to_five_minutes_get_the_recipes_embeddings(tiny_models):
     _same_as_the_recipe(_clustering_inputs(shared, audio), _clustering_inputs(_load(tiny_models, True), audio))
 
 
-def test_shared_embeddings_with_stride_one_give_the_recipes_turns(tiny_models, monkeypatch):
+def test_shared_embeddings_that_embed_every_window_are_the_recipes(tiny_models, monkeypatch):
+    """The shared path with every window on its grid (stride 1) is the recipe's computation: each
+    window's masks chosen as pyannote chooses them, each window embedded from its own audio. Its
+    embeddings and turns are then the recipe's bit for bit (CPU batches of one window: the same
+    arithmetic). The patch refuses stride 1 at load (nothing to gain there), so it is loaded at
+    its own stride and the grid narrowed to every window when it runs."""
+    from speaker_asr.diarization import window_plan
     from speaker_asr.patches import diarization
 
-    audio = np.concatenate([_two_voices()] * 2)
+    audio = np.concatenate([_two_voices()] * 2)  # 32 s: 23 windows
     want = _clustering_inputs(_load(tiny_models, True), audio)
-    monkeypatch.setattr(diarization, "SHARED_AFTER_S", 0.0)
-    monkeypatch.setattr(diarization, "EMBEDDING_STRIDE", 1)
+    plan_windows, plans = window_plan.plan_windows, []
+
+    def planned(masks, frames_per_step, stride):  # the patch takes it at load: replaced before
+        plans.append((stride, plan_windows(masks, frames_per_step, stride)))
+        return plans[-1][1]
+
+    monkeypatch.setattr(window_plan, "plan_windows", planned)
+    monkeypatch.setattr(diarization, "SHARED_AFTER_S", 0.0)  # 32 s is "long" here
     shared = _load(tiny_models, True, embeddings="approximate")
-    assert "EMBEDDING_STRIDE is 1" in shared.diarization_settings["summary"]
-    _same_as_the_recipe(_clustering_inputs(shared, audio), want)
+    assert {r.name: r.applied for r in shared.patch_report}["share_window_embeddings"]
+    monkeypatch.setattr(diarization, "EMBEDDING_STRIDE", 1)
+    got = _clustering_inputs(shared, audio)
+    # the shared path ran, with every active pair embedded from its own window
+    assert [stride for stride, _ in plans] == [1]
+    active = np.nan_to_num(got[0][1]).sum(axis=1) > 0
+    assert active.any() and np.array_equal(plans[0][1].own, active)
+    _same_as_the_recipe(got, want)
 
 
 def test_the_embedding_network_runs_once_per_window_with_pyannotes_embeddings(tiny_models):
