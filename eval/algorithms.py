@@ -50,7 +50,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from speaker_asr.attribution import speakers as attribution
-from speaker_asr.attribution.sentence_voices import speakers_by_sentence
+from speaker_asr.attribution.sentence_voices import VOICE_RULE, VoiceRule, speakers_by_sentence
 from speaker_asr.attribution.speakers import SpeakerIndex, resolve_times
 from speaker_asr.types import Turn, Word
 from speaker_asr.testing.scoring import HypToken, normalize_word
@@ -152,14 +152,17 @@ def anchor_exclusive(chunks, words, diar: Diar, duration: float) -> list[HypToke
     return _word_tokens(max_overlap(_pieces(words, duration), diar.exclusive))
 
 
-def ours(rules: Optional[frozenset] = None, voices: bool = True) -> Callable:
+def ours(rules: Optional[frozenset] = None, voices: bool = True, voice_rule: VoiceRule = VOICE_RULE) -> Callable:
+    """The endpoint's attribution (``rules``: the attribution's rules on; ``voices``: the
+    sentences' voices, by ``voice_rule``)."""
     def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
         extra = {} if rules is None else {"rules": rules}
         pieces = attribution.attribute_words(_pieces(words, duration), diar.turns,
                                              diar.own_exclusive, **extra)
         if voices and diar.embed is not None:
             pieces = speakers_by_sentence(pieces, diar.embed, diar.max_speakers,
-                                              {t.speaker for t in diar.turns}).words
+                                          {t.speaker for t in diar.turns}, diar.turns, diar.own_exclusive,
+                                          voice_rule).words
         return _word_tokens(pieces)
 
     return run

@@ -33,9 +33,9 @@ import math
 import os
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -579,3 +579,91 @@ def load_meetings(folder: Path = MEETINGS_DIR) -> list[EvalFile]:
     if not clips:
         raise FileNotFoundError(f"no real meeting clips (folders with ref.words.json) in {folder}")
     return [load_meeting(p) for p in clips]
+
+
+# --------------------------------------------------------------------------- harder meetings
+
+# The variants of each real meeting clip (--part meetings-hard): the same words, speakers and
+# turns, heard as a far microphone, a noisier room, a level that moves, or another meeting
+# talking underneath. Each is drawn from a fixed seed per clip, so the audio is the same on every
+# machine and run.
+VARIANTS = ("far", "noisy", "levels", "crosstalk")
+
+
+def room_response(rt60: float, rng: np.random.Generator, direct: float = 0.3) -> np.ndarray:
+    """A synthetic room impulse response: the direct path, then exponentially decaying noise
+    reaching -60 dB at ``rt60`` seconds (a far microphone in a meeting room: 0.4-0.8 s). The
+    direct path's share of the energy is ``direct``."""
+    n = int(rt60 * SAMPLE_RATE)
+    t = np.arange(n) / SAMPLE_RATE
+    tail = rng.standard_normal(n) * np.exp(-6.9 * t / rt60)  # ln(1000) = 6.9: -60 dB at rt60
+    tail[: int(0.002 * SAMPLE_RATE)] = 0.0  # the first reflections come after the direct path
+    tail *= np.sqrt((1 - direct) / direct / max(np.sum(tail ** 2), 1e-12))
+    tail[0] = 1.0
+    return tail.astype(np.float32)
+
+
+def _at_level(audio: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """``audio`` scaled to the active level of ``reference``."""
+    return audio * (active_rms(reference) / max(active_rms(audio), 1e-9))
+
+
+def _noise(n: int, rng: np.random.Generator) -> np.ndarray:
+    """Pink-ish noise (white noise through a one-pole low-pass): a room's hum and air."""
+    from scipy.signal import lfilter
+
+    return lfilter([1.0], [1.0, -0.95], rng.standard_normal(n)).astype(np.float32)
+
+
+def _with_snr(audio: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
+    scale = active_rms(audio) / max(float(np.sqrt(np.mean(noise ** 2))), 1e-9) / 10 ** (snr_db / 20)
+    return audio + scale * noise
+
+
+def meeting_variant(audio: np.ndarray, kind: str, seed: int, other: Optional[np.ndarray] = None) -> np.ndarray:
+    """One harder version of a meeting clip's ``audio`` (see :data:`VARIANTS`); ``other``: another
+    meeting's clip, for ``crosstalk``."""
+    from scipy.signal import fftconvolve
+
+    rng = np.random.default_rng(seed)
+    if kind == "far":  # a far microphone: reverberation, then the room's noise at 15 dB
+        wet = fftconvolve(audio, room_response(rng.uniform(0.5, 0.8), rng))[: len(audio)]
+        out = _with_snr(_at_level(wet, audio), _noise(len(audio), rng), 15.0)
+    elif kind == "noisy":  # a near microphone in a loud room: noise at 5 dB
+        out = _with_snr(audio, _noise(len(audio), rng), 5.0)
+    elif kind == "levels":  # the level moves by up to 12 dB every 2-5 s (people turn, lean back)
+        gain = np.empty(len(audio), np.float32)
+        at = 0
+        while at < len(audio):
+            step = int(rng.uniform(2.0, 5.0) * SAMPLE_RATE)
+            gain[at:at + step] = 10 ** (rng.uniform(-12.0, 0.0) / 20)
+            at += step
+        out = audio * gain
+    elif kind == "crosstalk":  # another meeting's talk underneath, 10 dB down (not in the reference)
+        if other is None:
+            raise ValueError("crosstalk needs another clip")
+        under = np.resize(other, len(audio))
+        out = audio + _at_level(under, audio) * 10 ** (-10 / 20)
+    else:
+        raise ValueError(f"unknown variant {kind!r}: one of {', '.join(VARIANTS)}")
+    peak = float(np.max(np.abs(out))) or 1.0
+    return (out / peak * min(peak, 0.99)).astype(np.float32)
+
+
+def load_meeting_variants(folder: Path, out_dir: Path, kinds: Sequence[str] = VARIANTS) -> list[EvalFile]:
+    """Every meeting clip under ``folder`` in each variant of ``kinds``, written once under
+    ``out_dir`` (16 kHz WAVs): ids ``<meeting>-<kind>``, the clip's own words and turns as the
+    reference. The crosstalk under a clip is the next clip's audio (in name order)."""
+    files = load_meetings(folder)
+    audios = [read_wav(f.audio) for f in files]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    variants: list[EvalFile] = []
+    for i, (f, audio) in enumerate(zip(files, audios)):
+        for kind in kinds:
+            path = out_dir / f"{f.id}-{kind}.wav"
+            if not path.is_file():
+                seed = int(hashlib.sha256(f"{f.id}/{kind}".encode()).hexdigest()[:8], 16)
+                write_wav(path, meeting_variant(audio, kind, seed, other=audios[(i + 1) % len(audios)]))
+            variants.append(replace(f, id=f"{f.id}-{kind}", audio=str(path),
+                                    description=f"{f.description}; {kind}"))
+    return variants

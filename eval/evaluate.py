@@ -32,7 +32,8 @@ ROOT = HERE.parent
 import numpy as np  # noqa: E402
 
 from algorithms import Diar, endpoint, label, runners  # noqa: E402
-from data import MEETINGS_DIR, EvalFile, build_dataset, load_meetings, read_wav  # noqa: E402
+from data import (MEETINGS_DIR, EvalFile, build_dataset, load_meeting_variants, load_meetings,  # noqa: E402
+                  read_wav)
 from longform import (SOLID_SPEECH_S, block_wder, build_long_recordings,  # noqa: E402
                       label_summary, returning_speakers, word_labels)
 from speaker_asr.testing.scoring import (HypToken, RefToken, cpwer_counts, normalize_word, ratio,  # noqa: E402
@@ -48,7 +49,7 @@ MODES = ("oracle", "oracle4", "pipeline")
 MODE_TEXT = {"oracle": "reference turns (exclusive derived, as for pyannote 3.x)",
              "oracle4": "reference turns (exclusive as pyannote 4 hears it)",
              "pipeline": "the kit's diarization"}
-PARTS = ("original", "tuning", "heldout", "meetings", "long")
+PARTS = ("original", "tuning", "heldout", "meetings", "meetings-hard", "long")
 
 def _git_state() -> str:
     import subprocess
@@ -699,7 +700,8 @@ def main(argv=None) -> int:
     for m in models:
         if not (model_path(models_dir, m) / "config.json").is_file():
             ap.error(f"no Whisper model {m!r} at {model_path(models_dir, m)}")
-    known_count = (args.num_speakers or ("unknown" if args.part in ("meetings", "long") else "known")) == "known"
+    known_count = (args.num_speakers or ("unknown" if args.part in ("meetings", "meetings-hard", "long")
+                                      else "known")) == "known"
     if args.threads:
         import torch
 
@@ -711,6 +713,8 @@ def main(argv=None) -> int:
     blocks: dict = {}
     if args.part == "meetings":
         files = load_meetings(args.meetings_dir)
+    elif args.part == "meetings-hard":
+        files = load_meeting_variants(args.meetings_dir, Path(args.cache_dir) / "meetings-hard")
     elif args.part == "long":
         files, blocks = build_long_recordings(args.meetings_dir, models_dir, args.cache_dir,
                                               args.max_minutes, rebuild=args.rebuild_data, log=log)

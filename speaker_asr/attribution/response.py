@@ -79,7 +79,8 @@ def attribute_with_voices(transcript: Transcript, duration: float, diarization: 
             pieces = attribute_words(pieces, diarization.turns, diarization.exclusive_turns)
             if embed is not None:
                 labels = {t.speaker for t in [*diarization.turns, *(diarization.exclusive_turns or [])]}
-                regrouped = speakers_by_sentence(pieces, embed, max_speakers, labels | set(voices))
+                regrouped = speakers_by_sentence(pieces, embed, max_speakers, labels | set(voices),
+                                                 diarization.turns, diarization.exclusive_turns)
                 pieces = regrouped.words
                 voices.update((k, v.tolist()) for k, v in regrouped.voices.items())
             pieces = [replace(w, overlap=others)

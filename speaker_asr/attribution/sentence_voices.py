@@ -13,10 +13,10 @@ more often, and a longer, cleaner stretch of it. So, after the words have their 
    that moves;
 2. :func:`regroup`: for each speaker with at least :data:`MIN_UNITS` embedded sentences, the
    sentences' voices are split in two by average linkage on cosine distance. Where the two groups
-   are at least :data:`SPLIT_DISTANCE` apart and each holds :data:`MIN_GROUP_S` of distinct audio,
-   the smaller group is another voice: it goes to the other speaker whose sentences sound
-   closest (mean voice within :data:`JOIN_DISTANCE`), else to a new speaker -- never past the
-   most speakers the request allows. A new speaker's label is one no other speaker has (every
+   are clearly two voices (:class:`VoiceRule`: far enough apart, past the spread inside either,
+   each with enough audio and sentences), the smaller group goes to the other speaker whose
+   sentences sound clearly closest -- its sentences the diarization was sure of staying --, else
+   to a new speaker -- never past the most speakers the request allows. A new speaker's label is one no other speaker has (every
    label the diarization made counts, with words or without), and its voice is its sentences'
    mean voice, so that it can be named and its embedding returned as any other's.
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from speaker_asr.attribution.speakers import SENTENCE_END
 from speaker_asr.speaker_names import speaker_label
-from speaker_asr.types import Word
+from speaker_asr.types import Turn, Word
 
 # a pause (seconds) between two words that ends a sentence for this step even without
 # punctuation: longer than the pauses inside a sentence, as short as a quick reply's
@@ -46,17 +46,42 @@ MAX_EMBED_S = 3.0
 # embedded sentences a speaker needs before its voices are compared: two cannot tell which of
 # them is the odd one
 MIN_UNITS = 3
-# cosine distance between the two groups (average linkage) from which they are two voices. One
-# person's sentences lay 0.2-0.5 apart and two people's 0.75-0.95 with the CAM++ embedding the
-# evaluation runs; the results were the same for any value from 0.5 to 0.8, so the middle of
-# the gap, for other embedding models' scales
-SPLIT_DISTANCE = 0.6
-# distinct audio (seconds, overlapping sentences counted once: a repeated hallucination is one
-# stretch of audio) each group must hold for the comparison to be trusted
-MIN_GROUP_S = 2.0
-# cosine distance from the moved group's mean voice to another speaker's within which the group
-# is that speaker rather than a new one: below the distance that splits
-JOIN_DISTANCE = 0.5
+
+
+@dataclass(frozen=True)
+class VoiceRule:
+    """When the sentences' voices change a speaker (:func:`regroup`). Every threshold asks for
+    evidence stronger than the diarization's own: one person's short sentences (1-3 s, far-field,
+    with crosstalk) lie far apart, so a rule that trusts one distance undoes right speakers.
+
+    * ``split_distance``: the two groups' average-linkage cosine distance from which a speaker's
+      sentences hold two voices; ``split_gap``: by how much that distance must pass the spread
+      inside either group (its mean pairwise distance): a split is a clear gap, not a spread;
+    * ``min_group_s``: distinct audio each group holds; ``min_group_units``: sentences the
+      smaller group holds;
+    * ``join_distance``: the moved group's mean voice within this of another speaker's is that
+      speaker; ``join_margin``: and closer to them than to the rest of its own speaker by this;
+    * ``new_speakers``: whether a group that is nobody's may become a new speaker (never past the
+      most the request allows);
+    * ``sure_support``: a sentence the diarization gives its speaker alone for at least this
+      share of its time (its own one-at-a-time turns, less where another speaker's turn covers
+      it) is never moved; above 1 every sentence may move.
+
+    The defaults were chosen on the real meetings, their far-field, noisy and crosstalk variants
+    and the generated dialogues, leaving one clip out at a time (eval/choose_voice_rule.py;
+    docs/measurements.md, "Speaker attribution")."""
+
+    split_distance: float = 0.6
+    split_gap: float = 0.0
+    min_group_s: float = 2.0
+    min_group_units: int = 1
+    join_distance: float = 0.5
+    join_margin: float = 0.0
+    new_speakers: bool = True
+    sure_support: float = 1.01
+
+
+VOICE_RULE = VoiceRule()
 
 
 @dataclass(frozen=True)
@@ -119,30 +144,50 @@ def _mean_direction(vectors: Sequence[np.ndarray]) -> np.ndarray:
     return m / (np.linalg.norm(m) or 1.0)
 
 
-def _two_voices(units: list[Unit], vectors: list[np.ndarray]) -> Optional[tuple[list[int], list[int]]]:
-    """Positions of the larger and the smaller group when the units hold two voices, else None."""
+def _spread(vectors: np.ndarray) -> float:
+    """Mean pairwise cosine distance of unit ``vectors`` (0 for one)."""
+    if len(vectors) < 2:
+        return 0.0
+    sims = vectors @ vectors.T
+    n = len(vectors)
+    return float(1.0 - (sims.sum() - np.trace(sims)) / (n * (n - 1)))
+
+
+def _two_voices(units: list[Unit], vectors: list[np.ndarray], rule: VoiceRule
+                ) -> Optional[tuple[list[int], list[int]]]:
+    """Positions of the larger and the smaller group when the units hold two voices by ``rule``,
+    else None."""
     from scipy.cluster.hierarchy import fcluster, linkage
 
-    tree = linkage(np.stack(vectors), method="average", metric="cosine")
-    if not tree[-1, 2] >= SPLIT_DISTANCE:
+    stacked = np.stack(vectors)
+    tree = linkage(stacked, method="average", metric="cosine")
+    distance = float(tree[-1, 2])
+    if not distance >= rule.split_distance:
         return None
     cluster = fcluster(tree, 2, criterion="maxclust")
     groups = [[i for i, c in enumerate(cluster) if c == k] for k in (1, 2)]
     seconds = [_distinct_seconds([units[i] for i in g]) for g in groups]
-    if min(seconds) < MIN_GROUP_S:
+    if min(seconds) < rule.min_group_s:
         return None
-    return (groups[0], groups[1]) if seconds[0] >= seconds[1] else (groups[1], groups[0])
+    big, small = (groups[0], groups[1]) if seconds[0] >= seconds[1] else (groups[1], groups[0])
+    if len(small) < rule.min_group_units:
+        return None
+    if distance - max(_spread(stacked[g]) for g in groups) < rule.split_gap:
+        return None
+    return big, small
 
 
 def regroup(words: Sequence[Word], units: Sequence[Unit],
             vectors: Callable[[list[int]], list[Optional[np.ndarray]]],
-            max_speakers: Optional[int] = None, labels: Iterable[str] = ()) -> Regrouped:
+            max_speakers: Optional[int] = None, labels: Iterable[str] = (),
+            rule: VoiceRule = VOICE_RULE, support: Optional[Callable[[Unit], float]] = None) -> Regrouped:
     """``words`` with the speakers :func:`voice_units`' sentences' voices show (the module's
     steps). ``vectors(ks)``: the unit vectors (or None) of units ``ks``, asked for only where
     needed -- the sentences of a speaker with enough of them, the others' only to place a group
     that moves. A new speaker gets the first SPEAKER_NN label after the others' that neither a
     speaker with words nor any of ``labels`` (every label the diarization made) has; none is
-    made once there are ``max_speakers``."""
+    made once there are ``max_speakers``. ``support(unit)``: the share of the unit the
+    diarization gives its speaker alone (see :class:`VoiceRule`'s ``sure_support``)."""
     speakers = sorted({u.speaker for u in units if u.speaker is not None})
     eligible: dict[str, list[int]] = {}
     for k, u in enumerate(units):
@@ -169,11 +214,12 @@ def regroup(words: Sequence[Word], units: Sequence[Unit],
         mine = voiced(speaker)
         if len(mine) < MIN_UNITS:
             continue
-        split = _two_voices([units[k] for k in mine], [known[k] for k in mine])
+        split = _two_voices([units[k] for k in mine], [known[k] for k in mine], rule)
         if split is None:
             continue
         moved = [mine[i] for i in split[1]]
         voice = _mean_direction([known[k] for k in moved])
+        own = 1.0 - float(voice @ _mean_direction([known[mine[i]] for i in split[0]]))
         others = {}
         for s in speakers:
             ks = [k for k in voiced(s) if label[k] == s] if s != speaker else []
@@ -181,8 +227,13 @@ def regroup(words: Sequence[Word], units: Sequence[Unit],
                 others[s] = _mean_direction([known[k] for k in ks])
         distance = {s: 1.0 - float(voice @ v) for s, v in others.items()}
         target = min(distance, key=distance.get) if distance else None
-        if target is None or distance[target] >= JOIN_DISTANCE:
-            if max_speakers is not None and count >= max_speakers:
+        if target is not None and distance[target] < rule.join_distance:
+            if own - distance[target] < rule.join_margin:
+                continue  # as near its own speaker as the other: no evidence either way
+            if support is not None:
+                moved = [k for k in moved if support(units[k]) < rule.sure_support]
+        else:
+            if not rule.new_speakers or (max_speakers is not None and count >= max_speakers):
                 continue
             target = _new_label(taken, count)
             taken.add(target)
@@ -205,15 +256,38 @@ def _new_label(taken: set, count: int) -> str:
     return speaker_label(n)
 
 
+def diarization_support(turns: Sequence[Turn], exclusive: Optional[Sequence[Turn]] = None
+                        ) -> Callable[[Unit], float]:
+    """``support(unit)``: the share of the unit's time its speaker's one-at-a-time turns
+    (``exclusive``, or ``turns`` without them) cover, less the share other speakers' ``turns``
+    cover: 1 where the diarization heard that speaker alone all through the sentence."""
+    from speaker_asr.attribution.turns import SpeakerIndex
+
+    alone = SpeakerIndex(exclusive if exclusive is not None else turns)
+    regular = SpeakerIndex(turns)
+
+    def support(unit: Unit) -> float:
+        own = alone.coverage(unit.start, unit.end).get(unit.speaker, 0.0)
+        others = max((v for s, v in regular.coverage(unit.start, unit.end).items() if s != unit.speaker),
+                     default=0.0)
+        return max(0.0, own - others)
+
+    return support
+
+
 def speakers_by_sentence(words: Sequence[Word],
                          embed: Callable[[list[tuple[float, float]]], list[Optional[np.ndarray]]],
-                         max_speakers: Optional[int] = None, labels: Iterable[str] = ()) -> Regrouped:
+                         max_speakers: Optional[int] = None, labels: Iterable[str] = (),
+                         turns: Optional[Sequence[Turn]] = None, exclusive: Optional[Sequence[Turn]] = None,
+                         rule: VoiceRule = VOICE_RULE) -> Regrouped:
     """:func:`voice_units` -> ``embed`` (the :func:`embedded_span` of each sentence long enough to
-    compare; a unit vector or None for each) -> :func:`regroup` (``labels``: every label the
-    diarization made)."""
+    compare; a unit vector or None for each) -> :func:`regroup` by ``rule`` (``labels``: every
+    label the diarization made; ``turns`` and ``exclusive``: its turns, which say where it was
+    sure: :func:`diarization_support`)."""
     units = voice_units(words)
 
     def vectors(ks: list[int]) -> list[Optional[np.ndarray]]:
         return list(embed([embedded_span(units[k]) for k in ks]))
 
-    return regroup(words, units, vectors, max_speakers, labels)
+    support = diarization_support(turns, exclusive) if turns is not None else None
+    return regroup(words, units, vectors, max_speakers, labels, rule, support)

@@ -137,3 +137,55 @@ def test_two_splits_in_one_recording_get_two_labels_and_each_its_own_voice():
     moved = {int(w.start): w.speaker for w in out.words if w.speaker in new}
     assert moved[5] == moved[15] and moved[35] == moved[45] and moved[5] != moved[35]
     assert not np.allclose(out.voices[new[0]], out.voices[new[1]])
+
+
+def test_sentences_the_diarization_was_sure_of_do_not_move():
+    """B's voice turns up in two of A's sentences; the diarization heard A alone through one of
+    them (sure) and B over the other (in doubt): only the one in doubt moves."""
+    from speaker_asr.attribution.sentence_voices import VoiceRule
+    from speaker_asr.types import Turn
+
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4), (30, B, 4), (35, B, 4))
+    embed = embedder(lambda t: _unit(0.0) if t in (0, 10, 20) else _unit(np.pi / 2 + 0.1))
+    turns = [Turn(0, 28, A), Turn(14.5, 17, B), Turn(30, 40, B)]
+    exclusive = [Turn(0, 14.5, A), Turn(14.5, 17, B), Turn(17, 28, A), Turn(30, 40, B)]
+    out = speakers_by_sentence(words, embed, turns=turns, exclusive=exclusive,
+                               rule=VoiceRule(sure_support=0.9)).words
+    assert {w.speaker for w in out if w.start == 5.0} == {A}  # A alone all through: sure
+    assert {w.speaker for w in out if 15.0 <= w.start < 17} == {B}
+    # without turns (or with the gate off) both move, as the voices say
+    out = speakers_by_sentence(words, embed, rule=VoiceRule(sure_support=0.9)).words
+    assert {w.speaker for w in out if w.start in (5.0, 15.0)} == {B}
+
+
+def test_a_group_as_near_its_own_speaker_as_another_stays():
+    from speaker_asr.attribution.sentence_voices import VoiceRule
+
+    # A's odd sentences (5, 15 s) lie between A's voice and B's: 0.7 from A's rest, 0.45 from B
+    words = sentences((0, A, 4), (5, A, 4), (10, A, 4), (15, A, 4), (20, A, 4), (30, B, 4), (35, B, 4))
+    a, b = _unit(0.0), _unit(1.3)
+    odd = _unit(0.8)
+    embed = embedder(lambda t: a if t in (0, 10, 20) else odd if t in (5, 15) else b)
+    moved = speakers_by_sentence(words, embed, rule=VoiceRule(split_distance=0.25, join_margin=0.0)).words
+    assert {w.speaker for w in moved if w.start in (5.0, 15.0)} == {B}
+    kept = speakers_by_sentence(words, embed, rule=VoiceRule(split_distance=0.25, join_margin=0.2)).words
+    assert [w.speaker for w in kept] == [w.speaker for w in words]
+
+
+def test_a_split_needs_a_gap_past_the_spread_and_enough_sentences():
+    from speaker_asr.attribution.sentence_voices import VoiceRule
+
+    # one person whose short sentences wander (a shared voice, each sentence's own noise, and a
+    # little of two moods): the two groups are 0.70 apart, each 0.65 spread inside
+    words = sentences((0, A, 6), (5, A, 6), (10, A, 6), (15, A, 6), (20, A, 6), (25, A, 6))
+
+    def wandering(t):
+        v = np.zeros(9)
+        i = int(t) // 5
+        v[0], v[1 + i % 2], v[3 + i] = np.sqrt(0.30), np.sqrt(0.05), np.sqrt(0.65)
+        return v
+
+    embed = embedder(wandering)
+    assert len({w.speaker for w in speakers_by_sentence(words, embed, rule=VoiceRule()).words}) == 2
+    for rule in (VoiceRule(split_gap=0.15), VoiceRule(min_group_units=4), VoiceRule(new_speakers=False)):
+        assert {w.speaker for w in speakers_by_sentence(words, embed, rule=rule).words} == {A}, rule
