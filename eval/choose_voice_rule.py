@@ -47,10 +47,15 @@ def grid(quick: bool = False) -> list[VoiceRule]:
     if quick:
         return [VOICE_RULE, VoiceRule(), VoiceRule(split_distance=0.8, min_group_units=3)]
     rules = [VOICE_RULE, VoiceRule()]
-    for split, gap, units, margin, new, sure in itertools.product(
-            (0.6, 0.7, 0.8), (0.0, 0.15), (1, 3), (0.0, 0.15), (True, False), (1.01, 0.9, 0.5)):
-        rules.append(VoiceRule(split_distance=split, split_gap=gap, min_group_units=units,
-                               join_margin=margin, new_speakers=new, sure_support=sure))
+    for split, gap, units, seconds, new, sure in itertools.product(
+            (0.6, 0.7, 0.8, 0.9), (0.0, 0.15, 0.3), (1, 2, 3), (2.0, 4.0), (True, False), (1.01, 0.5)):
+        rules.append(VoiceRule(split_distance=split, split_gap=gap, min_group_units=units, min_group_s=seconds,
+                               join_margin=0.15, new_speakers=new, sure_support=sure))
+    # around the safest: a wider gap, a larger margin, fewer sentences that may move alone
+    for gap, units, seconds, margin, sure in itertools.product(
+            (0.3, 0.4), (1, 2), (2.0, 3.0), (0.15, 0.3), (0.5, 0.25, 0.0)):
+        rules.append(VoiceRule(split_distance=0.8, split_gap=gap, min_group_units=units, min_group_s=seconds,
+                               join_margin=margin, sure_support=sure))
     seen, out = set(), []
     for r in rules:
         if r not in seen:
@@ -76,8 +81,9 @@ def score_part(part: str, rules: list[VoiceRule], args) -> list[dict]:
             argv += ["--models", args.models]
         if args.count and part in ("tuning", "heldout"):
             argv += ["--count", str(args.count)]
-        if args.cache_dir:
-            argv += ["--cache-dir", args.cache_dir]
+        for option in ("cache_dir", "models_dir", "meetings_dir"):
+            if getattr(args, option):
+                argv += [f"--{option.replace('_', '-')}", getattr(args, option)]
         evaluate.main(argv)
         rows = json.loads((Path(out) / "latest.json").read_text())["rows"]
     for r in rows:
@@ -180,7 +186,9 @@ def main(argv=None) -> int:
                     help="eval/evaluate.py parts, comma-separated (each run before, for its cache)")
     ap.add_argument("--models", default=None, help="as eval/evaluate.py (default tiny.en,base)")
     ap.add_argument("--count", type=int, default=24, help="generated dialogues per generated part")
-    ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--cache-dir", default=None, help="as eval/evaluate.py")
+    ap.add_argument("--models-dir", default=None, help="as eval/evaluate.py")
+    ap.add_argument("--meetings-dir", default=None, help="as eval/evaluate.py")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="three rules only (a smoke run)")
     ap.add_argument("--out", default=str(HERE / "results" / "voice-rule"))

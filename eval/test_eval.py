@@ -260,6 +260,48 @@ def test_long_part_smoke(tmp_path):
     assert json.loads((built / "long45.words.json").read_text())[0]["speaker"].startswith("EN2006-")
 
 
+@pytest.mark.heavy  # make test-scripts
+def test_choose_voice_rule_smoke(tmp_path):
+    """eval/choose_voice_rule.py --quick on the tiny stand-in kit: two stand-in meeting clips and
+    their harder variants, both turn kinds; every clip gets a held-out choice and the tables come
+    out. Random models: the numbers mean nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from speaker_asr.testing.kit import MAX_LENGTH, folder_module_pipeline, write_meeting, write_sample
+    from speaker_asr.testing.tiny_models import build_whisper
+
+    root = Path(__file__).resolve().parent.parent
+    kit = tmp_path / "kit"
+    build_whisper(kit / "whisper-tiny.en", multilingual=False, seed=3, max_length=MAX_LENGTH)
+    folder_module_pipeline(kit / "pyannote-campp-3.1")
+    (kit / "audio").mkdir()
+    write_sample(kit / "audio")
+    for name in ("ami_EN0001a", "ami_EN0002a"):
+        write_meeting(tmp_path / "meetings" / name, kit / "audio")
+        info = tmp_path / "meetings" / name / "info.json"
+        info.write_text(json.dumps({"ami": {"meeting": name[4:]}}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH")))),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "eval/choose_voice_rule.py", "--quick", "--parts", "meetings,meetings-hard",
+                           "--models", "tiny.en", "--models-dir", str(kit), "--meetings-dir", str(tmp_path / "meetings"),
+                           "--cache-dir", str(tmp_path / "cache"), "--out", str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "## Held out: each clip scored with the rule chosen on the others" in proc.stdout
+    result = json.loads((out / "voice-rule.json").read_text())
+    assert set(result["result"]["held"]) == {"EN0001a", "EN0002a"}
+    parts = {r["part"] for r in result["rows"]}
+    assert parts == {"meetings", "meetings-hard"}
+    files = {r["file"] for r in result["rows"] if r["part"] == "meetings-hard"}
+    assert files == {f"{m}-{k}" for m in ("EN0001a", "EN0002a") for k in ("far", "noisy", "levels", "crosstalk")}
+
+
 @pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("sox")),
                     reason="the generated parts' voices need espeak-ng and sox (make install brings them as root)")
 def test_generated_voices_are_16k_mono_speech():

@@ -189,6 +189,33 @@ def test_known_speakers_are_named_from_clips_of_another_part_and_a_stranger_name
     assert tiny_en.models.diarizer.voices.cache.misses == before
 
 
+@pytest.mark.parametrize("asr", ["whisper-tiny.en", "whisper-base"])
+def test_the_two_speaker_sample_without_a_count_has_two_speakers_with_or_without_names(asr, tiny_en):
+    """No speaker count: the sentences' voices (on by default) must not make a third person of
+    Diane's short sentences at the end, with or without their names given (clips of each from
+    the sample's first 17.8 s)."""
+    import numpy as np
+
+    from speaker_asr.audio.decode import decode_audio
+
+    need(REAL_MODELS / asr)
+    handler = tiny_en if asr == "whisper-tiny.en" else real_handler(asr)
+    audio = decode_audio(SAMPLE.read_bytes())
+    ref = reference()
+
+    def clip(name):
+        return np.concatenate([audio[int(s * 16000):int(e * 16000)] for spk, s, e, _ in ref
+                               if spk == name and e <= 17.78 and e - s > 1.5])
+
+    plain = handler({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode(),
+                     "parameters": {"language": "en"}})
+    assert {c["speaker"] for c in plain["chunks"]} == {"SPEAKER_00", "SPEAKER_01"}
+    named = handler({"inputs": base64.b64encode(SAMPLE.read_bytes()).decode(), "parameters": {
+        "language": "en", "known_speaker_names": ["Sheila", "Diane"],
+        "known_speaker_references": [_wav_b64(clip("Sheila")), _wav_b64(clip("Diane"))]}})
+    assert {c["speaker"] for c in named["chunks"]} == {"Sheila", "Diane"}
+
+
 def test_known_speaker_clips_that_cannot_serve_are_refused_with_real_embeddings(tiny_en):
     import numpy as np
 
