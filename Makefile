@@ -90,11 +90,13 @@ XDIST := -n auto --dist loadfile
 test: $(VENV)/.installed
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PY) -m pytest -q $(XDIST)
 
-# the smoke runs that take a minute or more each (profile_cpu.py, gpu_benchmark.py --smoke,
-# word_timestamp_memory.py, clustering_bench.py, long_audio.py, reliability/run_all.py and through it
-# the other reliability scripts, eval's long part)
+# the tests of half a minute or more each (marker heavy): the scripts' longer smoke runs
+# (benchmark.py, diarization_bench.py, profile_cpu.py, gpu_benchmark.py --smoke, word_timestamp_memory.py,
+# clustering_bench.py, long_audio.py, reliability/run_all.py and through it the other reliability
+# scripts, eval's long part and choose_voice_rule.py) and the longest end-to-end tests (a Ray pool
+# with a killed actor, a killed batch run), so that make test stays within 10 minutes on 2 cores
 test-scripts: $(VENV)/.installed
-	$(PY) -m pytest -q -m heavy tests/scripts eval/test_eval.py
+	$(PY) -m pytest -q -m heavy
 
 # what CI runs: test and test-scripts, the handler again under transformers 4.51, then the default
 # Endpoints image emulated (where ../shared has the toolkit), then the real-model checks (where

@@ -15,7 +15,9 @@ pipeline's, for each model; then:
   generated dialogue is one), the rule chosen so on all the other clips, scored on it. The
   held-out rows are what the rule is worth on a recording it never saw.
 
-Output: the tables on stdout and in ``<out>/voice-rule.md``; every row in ``<out>/voice-rule.json``.
+Also, on the reference turns, how far apart one person's sentence voices lie in each part (what
+a split distance must stand above). Output: the tables on stdout and in ``<out>/voice-rule.md``;
+every row in ``<out>/voice-rule.json``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -35,6 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import algorithms  # noqa: E402
 import evaluate  # noqa: E402
+import numpy as np  # noqa: E402
 
 from speaker_asr.attribution.sentence_voices import VOICE_RULE, VoiceRule  # noqa: E402
 
@@ -68,11 +71,12 @@ def rule_name(i: int) -> str:
     return f"rule{i:03d}"
 
 
-def score_part(part: str, rules: list[VoiceRule], args) -> list[dict]:
+def score_part(part: str, rules: list[VoiceRule], args, extra: Optional[dict] = None) -> list[dict]:
     """eval/evaluate.py's rows for ``part`` with each rule (``rule000``...), the anchor and the
-    attribution without the voices (``none``)."""
+    attribution without the voices (``none``), and the ``extra`` algorithms."""
     algs = {"anchor": algorithms.anchor, "ours": algorithms.ours(), NONE: algorithms.ours(voices=False)}
     algs.update({rule_name(i): algorithms.ours(voice_rule=r) for i, r in enumerate(rules)})
+    algs.update(extra or {})
     evaluate.runners = lambda before=None, ablate=False: algs
     evaluate.label = lambda alg: alg
     with tempfile.TemporaryDirectory() as out:
@@ -89,6 +93,60 @@ def score_part(part: str, rules: list[VoiceRule], args) -> list[dict]:
     for r in rows:
         r["part"] = part
     return rows
+
+
+def spread_runner(found: list) -> Callable:
+    """An algorithm that attributes as ours does without the voices and, on the reference turns
+    (every speaker right), records how far apart each person's sentence voices lie: the
+    average-linkage distance of their two groups, the spread inside each and every pairwise
+    distance, for each speaker with enough sentences to compare."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    from speaker_asr.attribution.sentence_voices import MIN_UNITS, _spread, embedded_span, voice_units
+
+    def run(chunks, words, diar, duration):
+        pieces = algorithms.attribution.attribute_words(algorithms._pieces(words, duration), diar.turns,
+                                                        diar.own_exclusive)
+        if diar.embed is not None and not diar.heard:  # the reference turns (oracle)
+            units = voice_units(pieces)
+            by_speaker: dict = {}
+            for u in units:
+                if u.embedded:
+                    by_speaker.setdefault(u.speaker, []).append(u)
+            for speaker, us in by_speaker.items():
+                vectors = [v for v in diar.embed([embedded_span(u) for u in us]) if v is not None]
+                if len(vectors) < MIN_UNITS:
+                    continue
+                stacked = np.stack(vectors)
+                tree = linkage(stacked, method="average", metric="cosine")
+                cluster = fcluster(tree, 2, criterion="maxclust")
+                groups = [stacked[cluster == k] for k in (1, 2)]
+                pairs = (1.0 - stacked @ stacked.T)[np.triu_indices(len(stacked), 1)]
+                found.append({"split": float(tree[-1, 2]), "gap": float(tree[-1, 2]) - max(_spread(g) for g in groups),
+                              "pairs": pairs.tolist()})
+        return algorithms._word_tokens(pieces)
+
+    return run
+
+
+def spread_table(parts: list[str], args) -> list[str]:
+    """How far apart one person's sentence voices lie, per part (the reference turns)."""
+    lines = ["## How far apart one person's sentences lie (reference turns, CAM++)", "",
+             "| part | speakers compared | pairs of sentences | pair distance p50 / p90 / max "
+             "| two groups' distance p50 / p90 / max | gap past the spread p50 / p90 / max |",
+             "|---|---:|---:|---|---|---|"]
+    for part in parts:
+        found: list = []
+        score_part(part, [], args, extra={"spread": spread_runner(found)})
+        pairs = np.array([x for f in found for x in f["pairs"]])
+        splits = np.array([f["split"] for f in found])
+        gaps = np.array([f["gap"] for f in found])
+
+        def q(a):
+            return "-" if not len(a) else " / ".join(f"{v:.2f}" for v in (np.quantile(a, 0.5), np.quantile(a, 0.9), a.max()))
+
+        lines.append(f"| {part} | {len(found)} | {len(pairs)} | {q(pairs)} | {q(splits)} | {q(gaps)} |")
+    return lines
 
 
 def clip_of(row: dict) -> str:
@@ -194,10 +252,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "voice-rule"))
     args = ap.parse_args(argv)
     rules = grid(args.quick)
+    parts = [p.strip() for p in args.parts.split(",")]
     rows = []
-    for part in args.parts.split(","):
-        rows += score_part(part.strip(), rules, args)
+    for part in parts:
+        rows += score_part(part, rules, args)
     lines, result = report(rows, rules)
+    lines += [""] + spread_table(parts, args)
     text = "\n".join([f"# The sentences' voices' rule, chosen leaving one clip out ({len(rules)} rules, "
                       f"parts {args.parts})", ""] + lines) + "\n"
     print(text)

@@ -73,8 +73,8 @@ class ModelSettings(BaseSettings):
                               "recipe's DER (docs/measurements.md, 'Diarization on CPU')")
     sentence_voices: bool = Field(
         True, description="check the diarization's speakers by the voices of the transcript's "
-                          "sentences: a speaker whose sentences hold two clearly different voices "
-                          "is split in two, or its odd sentences go to the speaker they sound like "
+                          "sentences: a speaker whose sentences hold two clearly different voices, "
+                          "neither of them another found speaker's, is split in two "
                           "(speaker_asr/attribution/sentence_voices.py); false keeps the "
                           "diarization's speakers as they are")
     speaker_match_threshold: float = Field(

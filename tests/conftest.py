@@ -34,8 +34,8 @@ def pytest_configure(config):
                                        "(seconds each); -m 'not subprocess' for a quick pass")
     config.addinivalue_line("markers", "scripts: a smoke run of a script in bench/, eval/ or reliability/ "
                                        "(tests/scripts/; -m scripts runs only them)")
-    config.addinivalue_line("markers", "heavy: a smoke run of a minute or more; make test leaves it out, "
-                                       "make test-all (make test-scripts) runs it")
+    config.addinivalue_line("markers", "heavy: half a minute or more (a script's longer smoke run, the longest end-to-end "
+                                       "tests); make test leaves it out, make test-all (make test-scripts) runs it")
 
 
 @pytest.fixture(scope="session")

@@ -202,6 +202,7 @@ def check_complete(out: Path, reference: dict[str, bytes]) -> None:
         assert comparable(path.name, path.read_bytes()) == comparable(path.name, reference[path.suffix]), path
 
 
+@pytest.mark.heavy  # half a minute: make test-scripts
 def test_a_killed_run_leaves_only_whole_files_and_the_rerun_finishes(tiny_models, copies, tmp_path):
     out = tmp_path / "out"
     args = ["transcribe", copies, "-d", out, "-f", "json,srt", "--language", "en"]
@@ -227,6 +228,7 @@ def test_a_killed_run_leaves_only_whole_files_and_the_rerun_finishes(tiny_models
     check_complete(out, reference)  # no temporary file left either
 
 
+@pytest.mark.heavy  # make test-scripts
 def test_ctrl_c_stops_after_the_recording_in_hand(tiny_models, copies, tmp_path):
     out, manifest = tmp_path / "out", tmp_path / "run.jsonl"
     args = ["transcribe", copies, "-d", out, "-f", "json,srt", "--language", "en", "--manifest", manifest]
@@ -280,6 +282,7 @@ def test_url_writes_the_same_bytes_as_the_run_in_process(tiny_models, local, arc
     assert FAKE_TOKEN not in server.log()
 
 
+@pytest.mark.heavy  # half a minute: make test-scripts
 def test_url_one_format_is_rendered_by_the_server_as_in_process(tiny_models, archive, server, tmp_path):
     """A single format is the endpoint's response_format (with speaker_names) both ways."""
     common = ["-r", "-f", "vtt", "--speaker-names", "Alice", "--language", "en"]

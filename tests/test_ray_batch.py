@@ -80,6 +80,7 @@ def head(tmp_path_factory, tiny_models):
 
 
 @pytest.mark.subprocess
+@pytest.mark.heavy  # a minute and a half: make test-scripts
 def test_a_folder_on_ray_matches_the_local_run_and_survives_a_killed_actor(head, tiny_models, tmp_path):
     rec = _archive(tmp_path / "rec")
     local = tmp_path / "local"

@@ -144,8 +144,8 @@ def _clustering_inputs(pipeline, audio):
     return seen["inputs"], sum(rows), result
 
 
-@pytest.mark.parametrize("skip", [("embed_trunk_once", "onnx_embedding_trunk"), ()],
-                         ids=["per-pair-embedding", "trunk-once-per-window"])
+@pytest.mark.parametrize("skip", [pytest.param(("embed_trunk_once", "onnx_embedding_trunk"), marks=pytest.mark.heavy),
+                                  ()], ids=["per-pair-embedding", "trunk-once-per-window"])
 def test_shared_embeddings_embed_fewer_pairs_and_pool_the_rest(tiny_models, skip, monkeypatch):
     """The embedded pairs get the recipe's own embeddings; every other active pair the mean of
     its matches' in the embedded windows around it; silent pairs stay NaN."""
@@ -227,6 +227,7 @@ def test_shared_embeddings_that_embed_every_window_are_the_recipes(tiny_models, 
     _same_as_the_recipe(got, want)
 
 
+@pytest.mark.heavy  # half a minute: make test-scripts
 def test_the_embedding_network_runs_once_per_window_with_pyannotes_embeddings(tiny_models):
     """WeSpeaker ResNet34 (the 3.1 recipe's): one run per window, pooled per speaker, gives the
     embeddings pyannote computes one (window, speaker) pair at a time, and so the same turns."""

@@ -80,6 +80,7 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 # --------------------------------------------------------------------------- bench/
 
 
+@heavy
 def test_benchmark(env, tmp_path):
     """A worker for the handler (base, multilingual, with its assistant: assisted="auto", whose
     policy is timed first) and one for faster-whisper (requirements-scripts.txt installs it), side
@@ -150,6 +151,7 @@ def test_ray_throughput(env):
     assert out.startswith("# Ray throughput") and "CPU: " in out
 
 
+@heavy
 def test_diarization_bench(env):
     out = run([sys.executable, "bench/diarization_bench.py", "--inputs", "8s", "--embedding", "wespeaker,campp",
                "--threads", "1"], env)
@@ -348,6 +350,7 @@ def test_word_timestamp_memory(env, tmp_path):
 # --------------------------------------------------------------------------- eval/
 
 
+@heavy
 def test_known_speakers(env, kit, tmp_path):
     out = run([sys.executable, "eval/known_speakers.py", "--part", "sample", "--models-dir", str(kit),
                "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")], env)
@@ -359,6 +362,7 @@ def test_known_speakers(env, kit, tmp_path):
     assert (tmp_path / "out" / "sample.md").read_text() == out.rstrip("\n") + "\n"
 
 
+@heavy
 def test_evaluate_meetings(env, kit, tmp_path):
     """The real-meetings evaluation on the stand-in clip: every mode, the old attribution loaded
     from git beside ours, the rule ablations; the pooled table has the anchor and ours in every
@@ -384,6 +388,7 @@ def test_evaluate_meetings(env, kit, tmp_path):
     assert (tmp_path / "out" / "latest.md").read_text().startswith("# Speaker-attribution evaluation")
 
 
+@heavy
 def test_multichannel_eval(env, kit, tmp_path):
     """eval/multichannel.py on the stand-in meeting: one channel per person, both modes scored,
     every word of the multichannel answer carrying its channel."""
@@ -398,6 +403,7 @@ def test_multichannel_eval(env, kit, tmp_path):
 
 @pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("sox")),
                     reason="the generated dialogues' voices need espeak-ng and sox")
+@heavy
 def test_multichannel_eval_on_generated_dialogues(env, kit, tmp_path):
     """eval/multichannel.py --source generated: one held-out dialogue, each speaker's own voice
     on a channel, every word scored, the off-time column filled."""
@@ -410,6 +416,7 @@ def test_multichannel_eval_on_generated_dialogues(env, kit, tmp_path):
     assert "generated dialogues (heldout)" in out
 
 
+@heavy
 def test_multichannel_cost(env):
     out = run([sys.executable, "bench/multichannel_cost.py", "--input", "8s", "--repeats", "1",
                "--channels", "2"], env)
