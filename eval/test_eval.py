@@ -180,6 +180,29 @@ def test_returning_speakers_kept_means_one_label_in_every_appearance():
     assert [x["mapped"] for x in b["appearances"]] == ["B", "A"]
 
 
+def stand_in_kit(tmp_path):
+    """The tiny stand-in for the real-models kit (speaker_asr/testing/kit.py): random tiny.en,
+    the CAM++ pipeline folder's layout, the sample; its folder."""
+    from speaker_asr.testing.kit import MAX_LENGTH, folder_module_pipeline, write_sample
+    from speaker_asr.testing.tiny_models import build_whisper
+
+    kit = tmp_path / "kit"
+    build_whisper(kit / "whisper-tiny.en", multilingual=False, seed=3, max_length=MAX_LENGTH)
+    folder_module_pipeline(kit / "pyannote-campp-3.1")
+    (kit / "audio").mkdir()
+    write_sample(kit / "audio")
+    return kit
+
+
+def script_env(root) -> dict:
+    """The environment an eval script runs in here: the repository importable, offline, one thread."""
+    import os
+
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH")))),
+                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
+                TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
 @pytest.mark.heavy  # make test-scripts: 16 s on a quiet machine, 80-90 s on a busy one
 def test_long_part_smoke(tmp_path):
     """``evaluate.py --part long`` on the tiny stand-in kit at 1 minute: both recordings built
@@ -187,22 +210,15 @@ def test_long_part_smoke(tmp_path):
     an AMI series as EN2001a/e share theirs), ASR, diarization, scoring, and the tables with the
     returning speakers and their kept column. Random models: the numbers mean nothing."""
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     from longform import UNITS
-    from speaker_asr.testing.kit import (MAX_LENGTH, folder_module_pipeline, write_librivox,
-                                         write_meeting, write_sample)
-    from speaker_asr.testing.tiny_models import build_whisper
+    from speaker_asr.testing.kit import write_librivox, write_meeting
 
     root = Path(__file__).resolve().parent.parent
-    kit = tmp_path / "kit"
-    build_whisper(kit / "whisper-tiny.en", multilingual=False, seed=3, max_length=MAX_LENGTH)
-    folder_module_pipeline(kit / "pyannote-campp-3.1")
-    (kit / "audio").mkdir()
-    write_sample(kit / "audio")
+    kit = stand_in_kit(tmp_path)
     write_librivox(kit / "audio" / "librivox")
     standin = tmp_path / "standin"
     write_meeting(standin, kit / "audio")
@@ -216,9 +232,7 @@ def test_long_part_smoke(tmp_path):
         rttm = [line.split() for line in (standin / "ref.rttm").read_text().splitlines()]
         (clip / "ref.rttm").write_text("".join(" ".join(f[:7] + [series(f[7])] + f[8:]) + "\n" for f in rttm))
         (clip / "info.json").write_text(json.dumps({"ami": {"meeting": meeting}}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH")))),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = script_env(root)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "eval/evaluate.py", "--part", "long", "--max-minutes", "1",
                            "--models-dir", str(kit), "--meetings-dir", str(tmp_path / "meetings"),
@@ -266,27 +280,19 @@ def test_choose_voice_rule_smoke(tmp_path):
     their harder variants, both turn kinds; every clip gets a held-out choice and the tables come
     out. Random models: the numbers mean nothing."""
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
-    from speaker_asr.testing.kit import MAX_LENGTH, folder_module_pipeline, write_meeting, write_sample
-    from speaker_asr.testing.tiny_models import build_whisper
+    from speaker_asr.testing.kit import write_meeting
 
     root = Path(__file__).resolve().parent.parent
-    kit = tmp_path / "kit"
-    build_whisper(kit / "whisper-tiny.en", multilingual=False, seed=3, max_length=MAX_LENGTH)
-    folder_module_pipeline(kit / "pyannote-campp-3.1")
-    (kit / "audio").mkdir()
-    write_sample(kit / "audio")
+    kit = stand_in_kit(tmp_path)
     for name in ("ami_EN0001a", "ami_EN0002a"):
         write_meeting(tmp_path / "meetings" / name, kit / "audio")
         info = tmp_path / "meetings" / name / "info.json"
         info.write_text(json.dumps({"ami": {"meeting": name[4:]}}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH")))),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYANNOTE_METRICS_ENABLED="false",
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = script_env(root)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "eval/choose_voice_rule.py", "--quick", "--parts", "meetings,meetings-hard",
                            "--models", "tiny.en", "--models-dir", str(kit), "--meetings-dir", str(tmp_path / "meetings"),
