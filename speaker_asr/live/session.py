@@ -142,6 +142,11 @@ class LiveSession:
         """Samples appended since the session began (16 kHz)."""
         return self.audio.clock
 
+    def unfinished_items(self) -> list[str]:
+        """The ids of the items committed whose ``completed`` (or ``failed``) has not gone out, in
+        commit order."""
+        return [item.id for item in self.queue.unfinished() if item.id in self.stats.committed_at]
+
     @property
     def pending(self) -> int:
         """Committed items not yet completed."""

@@ -12,7 +12,9 @@ taking part, and the server's own stop: :class:`SessionGuard`, one per session.
   server is waiting for the client (not while it has items in hand or holds back reading, nor
   while the session finishes), ends the session (``session_idle_timeout``).
 * **The server stopping** (SIGTERM: :func:`speaker_asr.serving.app.serve`): every session ends at
-  once (``server_shutting_down``, close 1012, "service restart": reconnect later).
+  once: each item committed and not yet done gets ``conversation.item.input_audio_transcription.failed``
+  (code ``server_shutting_down``), then the error event (``server_shutting_down``) and close 1012
+  ("service restart": reconnect later).
 * **A server that is behind.** While a session's queue of items is full the route takes no
   message; :class:`ReadAhead` goes on reading the connection for it, up to
   ``LIVE_READ_AHEAD_BYTES``, and only then stops (TCP backpressure: the rest waits in the
@@ -31,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional, Union
 
-from speaker_asr.live.protocol import SERVER_ERROR, ProtocolError
+from speaker_asr.live.protocol import SERVER_ERROR, FailureDetail, ProtocolError, TranscriptionFailed
 from speaker_asr.settings import DEFAULT_LIVE_READ_AHEAD_BYTES
 
 # the error event and the close of a session that ends on a bound: a client that reads nothing
@@ -235,8 +237,28 @@ class SessionGuard:
             await asyncio.wait({task}, timeout=0.05)
         if task.done() and not task.cancelled():
             task.exception()  # cancelled, or the send that timed out: nobody reads it
+        if end is SHUTDOWN_END:
+            await self._fail_unfinished(session)
         await self.close(end)
         return end.outcome
+
+    async def _fail_unfinished(self, session) -> None:
+        """The server stops: each item committed and not yet done gets its ``failed`` event
+        (``server_shutting_down``) before the session's end, so that no item is dropped unsaid;
+        nothing else of the session's goes out from here on."""
+        self.closed = True
+        if self._stuck.is_set() or self._left.is_set():
+            return
+        for item_id in session.unfinished_items():
+            event = TranscriptionFailed(item_id=item_id, error=FailureDetail(
+                type=SERVER_ERROR, code=SHUTDOWN_END.code,
+                message="The server is shutting down before this item was transcribed: send its audio "
+                        "again (to this server once it is back, or to another)."))
+            try:
+                await asyncio.wait_for(self.websocket.send_text(event.to_text()), CLOSE_WAIT_S)
+            except Exception:  # gone, or reading nothing: the end is tried all the same
+                return
+            session.stats.sent(event)  # counted as the item's failure
 
     async def _watch(self, session) -> SessionEnd:
         """The first bound the session reaches: the client gone, a send that timed out, the

@@ -878,3 +878,50 @@ def test_a_partial_decode_the_utterances_end_made_useless_is_stopped_at_once():
     assert cancelled, "the slow partial was not cancelled"
     completed = times["conversation.item.input_audio_transcription.completed"]
     assert completed - times["input_audio_buffer.committed"] < 1.0
+
+
+def test_at_the_servers_stop_each_committed_item_not_yet_done_gets_a_failed_event():
+    """SIGTERM while items wait for the model: each committed item whose transcript has not
+    gone out gets its ``failed`` event saying why, before the session's error and close 1012;
+    the item already completed gets none; the failures are counted."""
+    import threading
+
+    decoding, release = threading.Event(), threading.Event()
+
+    class SlowEngine(FakeEngine):
+        async def run(self, fn):
+            return await asyncio.to_thread(fn)
+
+        def decode(self, audio, config, previous=None, cancel=None):
+            if len(self.decodes) >= 1:  # the first item completes, the second hangs in the model
+                decoding.set()
+                release.wait(10)
+            return super().decode(audio, config, previous, cancel)
+
+    route, registry = route_with(SlowEngine())
+    socket = FakeSocket()
+
+    async def main():
+        serving = asyncio.ensure_future(route.endpoint(socket))
+        socket.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+        for _ in range(3):
+            for m in frames(speech(0.5), ms=100):
+                socket.put(m)
+            socket.put('{"type": "input_audio_buffer.commit"}')
+        assert await asyncio.to_thread(decoding.wait, 10)
+        await asyncio.sleep(0.2)
+        await route.shut_down()
+        release.set()
+        await asyncio.wait_for(serving, 10)
+
+    asyncio.run(main())
+    committed = [e["item_id"] for e in socket.sent if e["type"] == "input_audio_buffer.committed"]
+    completed = [e["item_id"] for e in socket.sent if e["type"].endswith(".completed")]
+    failed = [e for e in socket.sent if e["type"].endswith(".failed")]
+    assert len(committed) == 3 and completed == committed[:1]
+    assert [e["item_id"] for e in failed] == committed[1:]
+    assert all(e["error"]["code"] == "server_shutting_down" for e in failed)
+    assert socket.sent[-1]["error"]["code"] == "server_shutting_down" and socket.close_code == 1012
+    assert registry.get_sample_value("asr_live_items_total", {"status": "failed"}) == 2
+    assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "server_shutdown"}) == 1

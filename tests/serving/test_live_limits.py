@@ -60,6 +60,9 @@ class FakeSession:
     pending = 0
     ending = None
 
+    def unfinished_items(self):
+        return []
+
 
 class Event:
     def __init__(self, text: str):
