@@ -212,7 +212,9 @@ class LiveSession:
                                 "(20-100 ms each is usual).", param="audio", code="invalid_value",
                                 event_id=event.event_id)
         try:
-            samples = self.decoder.decode(event.audio)
+            # base64, resampling and (below) the VAD off the event loop: a large append must
+            # not hold every other session, /health and the timers
+            samples = await asyncio.to_thread(self.decoder.decode, event.audio)
         except AudioFormatError as exc:
             raise ProtocolError.from_request_error(exc, event.event_id) from None
         if not self.vad.on and len(self.audio) + len(samples) > MAX_ITEM_S * SAMPLE_RATE:
@@ -234,7 +236,7 @@ class LiveSession:
         where another person takes over, or at :data:`~speaker_asr.live.items.MAX_ITEM_S`, the
         speech going on in a new item); the growing item gets its looks and partials."""
         audio = self.audio
-        for turn in self.vad.turns(samples):
+        for turn in await asyncio.to_thread(self.vad.turns, samples):
             if turn.kind == "start":
                 start = max(turn.sample, audio.start)
                 audio.trim(start)

@@ -925,3 +925,42 @@ def test_at_the_servers_stop_each_committed_item_not_yet_done_gets_a_failed_even
     assert socket.sent[-1]["error"]["code"] == "server_shutting_down" and socket.close_code == 1012
     assert registry.get_sample_value("asr_live_items_total", {"status": "failed"}) == 2
     assert registry.get_sample_value("asr_live_sessions_ended_total", {"outcome": "server_shutdown"}) == 1
+
+
+def test_an_appends_decoding_and_vad_run_off_the_event_loop():
+    """A slow VAD (or a large frame to decode) holds only its own session: the event loop keeps
+    running other work (other sessions, /health, the timers) meanwhile."""
+    import time
+
+    class SlowVad(LoudVad):
+        def probabilities(self, samples):
+            time.sleep(0.3)
+            return super().probabilities(samples)
+
+    ticks = []
+
+    async def main():
+        sent = []
+
+        async def send(event):
+            sent.append(event)
+
+        session = LiveSession(send, FakeEngine(), SlowVad)
+        await session.start()
+        await session.handle(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": {"type": "server_vad"}}}}}))
+
+        async def ticker():
+            for _ in range(20):
+                ticks.append(asyncio.get_running_loop().time())
+                await asyncio.sleep(0.02)
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.05)  # the ticker runs
+        for m in list(frames(speech(0.2), ms=100)):
+            await session.handle(m)
+        await tick
+        await session.close()
+
+    asyncio.run(main())
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.2  # never held for the VAD's 0.3 s
