@@ -538,6 +538,16 @@ class FakeSocket:
     def put(self, text):
         self.incoming.put_nowait({"type": "websocket.receive", "text": text})
 
+    def put_items(self, count: int, seconds: float = 0.5):
+        """A session with manual commits (16 kHz PCM), then ``count`` items of ``seconds`` of
+        speech, each committed."""
+        self.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
+        for _ in range(count):
+            for m in frames(speech(seconds), ms=100):
+                self.put(m)
+            self.put('{"type": "input_audio_buffer.commit"}')
+
 
 def route_with(engine, max_session_s: float = 60.0):
     from speaker_asr.serving.metrics import Metrics
@@ -637,12 +647,7 @@ def test_a_client_that_leaves_while_the_route_waits_for_room_has_its_queued_item
 
     async def main():
         serving = asyncio.ensure_future(route.endpoint(socket))
-        socket.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
-        for _ in range(6):  # six items: one decoding, the queue full behind it
-            for m in frames(speech(0.5), ms=100):
-                socket.put(m)
-            socket.put('{"type": "input_audio_buffer.commit"}')
+        socket.put_items(6)  # six items: one decoding, the queue full behind it
         assert await asyncio.to_thread(decoding.wait, 10)
         await asyncio.sleep(0.2)
         socket.incoming.put_nowait({"type": "websocket.disconnect", "code": 1001})
@@ -664,12 +669,7 @@ def test_a_session_without_read_ahead_is_served_to_its_end():
     route, registry = route_with(FakeEngine())
     route.limits = LiveLimits(idle_timeout_s=30.0, send_timeout_s=30.0, read_ahead_bytes=0)
     socket = FakeSocket()
-    socket.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
-        "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
-    for _ in range(5):
-        for m in frames(speech(0.5), ms=100):
-            socket.put(m)
-        socket.put('{"type": "input_audio_buffer.commit"}')
+    socket.put_items(5)
     socket.put(FINISH)
 
     asyncio.run(asyncio.wait_for(route.endpoint(socket), 20))
@@ -903,12 +903,7 @@ def test_at_the_servers_stop_each_committed_item_not_yet_done_gets_a_failed_even
 
     async def main():
         serving = asyncio.ensure_future(route.endpoint(socket))
-        socket.put(json.dumps({"type": "session.update", "session": {"type": "transcription", "audio": {
-            "input": {"format": {"type": "audio/pcm", "rate": 16000}, "turn_detection": None}}}}))
-        for _ in range(3):
-            for m in frames(speech(0.5), ms=100):
-                socket.put(m)
-            socket.put('{"type": "input_audio_buffer.commit"}')
+        socket.put_items(3)
         assert await asyncio.to_thread(decoding.wait, 10)
         await asyncio.sleep(0.2)
         await route.shut_down()
