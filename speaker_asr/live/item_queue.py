@@ -33,21 +33,15 @@ class ItemQueue:
         self._room = asyncio.Event()
         self._room.set()
         self.worker: Optional[asyncio.Task] = None
-        self._unfinished: list[Item] = []  # put and not yet finished, in commit order
 
     def start(self) -> None:
         self.worker = asyncio.ensure_future(self._work())
 
     def put(self, item: Item, audio: np.ndarray) -> None:
-        self._unfinished.append(item)
         self.pending += 1
         if self.pending >= MAX_PENDING_ITEMS:
             self._room.clear()
         self._queue.put_nowait((item, audio))
-
-    def unfinished(self) -> list[Item]:
-        """The items put and not yet finished (the one in hand first), in commit order."""
-        return list(self._unfinished)
 
     async def wait_for_room(self) -> None:
         await self._room.wait()
@@ -72,8 +66,6 @@ class ItemQueue:
                 logger.debug("live item not finished", exc_info=True)
             finally:
                 del audio
-                if item in self._unfinished:
-                    self._unfinished.remove(item)
                 self.pending -= 1
                 if self.pending < MAX_PENDING_ITEMS:
                     self._room.set()
