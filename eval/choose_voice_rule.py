@@ -100,9 +100,7 @@ def spread_runner(found: list) -> Callable:
     (every speaker right), records how far apart each person's sentence voices lie: the
     average-linkage distance of their two groups, the spread inside each and every pairwise
     distance, for each speaker with enough sentences to compare."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-
-    from speaker_asr.attribution.sentence_voices import MIN_UNITS, _spread, embedded_span, voice_units
+    from speaker_asr.attribution.sentence_voices import MIN_UNITS, embedded_span, split_in_two, voice_units
 
     def run(chunks, words, diar, duration):
         pieces = algorithms.attribution.attribute_words(algorithms._pieces(words, duration), diar.turns,
@@ -118,26 +116,22 @@ def spread_runner(found: list) -> Callable:
                 if len(vectors) < MIN_UNITS:
                     continue
                 stacked = np.stack(vectors)
-                tree = linkage(stacked, method="average", metric="cosine")
-                cluster = fcluster(tree, 2, criterion="maxclust")
-                groups = [stacked[cluster == k] for k in (1, 2)]
+                distance, _, spread = split_in_two(stacked)
                 pairs = (1.0 - stacked @ stacked.T)[np.triu_indices(len(stacked), 1)]
-                found.append({"split": float(tree[-1, 2]), "gap": float(tree[-1, 2]) - max(_spread(g) for g in groups),
-                              "pairs": pairs.tolist()})
+                found.append({"split": distance, "gap": distance - spread, "pairs": pairs.tolist()})
         return algorithms._word_tokens(pieces)
 
     return run
 
 
-def spread_table(parts: list[str], args) -> list[str]:
-    """How far apart one person's sentence voices lie, per part (the reference turns)."""
+def spread_table(found_by_part: dict[str, list]) -> list[str]:
+    """How far apart one person's sentence voices lie, per part (the reference turns), from what
+    :func:`spread_runner` found in each."""
     lines = ["## How far apart one person's sentences lie (reference turns, CAM++)", "",
              "| part | speakers compared | pairs of sentences | pair distance p50 / p90 / max "
              "| two groups' distance p50 / p90 / max | gap past the spread p50 / p90 / max |",
              "|---|---:|---:|---|---|---|"]
-    for part in parts:
-        found: list = []
-        score_part(part, [], args, extra={"spread": spread_runner(found)})
+    for part, found in found_by_part.items():
         pairs = np.array([x for f in found for x in f["pairs"]])
         splits = np.array([f["split"] for f in found])
         gaps = np.array([f["gap"] for f in found])
@@ -253,11 +247,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rules = grid(args.quick)
     parts = [p.strip() for p in args.parts.split(",")]
-    rows = []
-    for part in parts:
-        rows += score_part(part, rules, args)
+    rows, found_by_part = [], {}
+    for part in parts:  # the spreads measured in the same pass as the rules
+        found_by_part[part] = []
+        rows += [r for r in score_part(part, rules, args, extra={"spread": spread_runner(found_by_part[part])})
+                 if r["algorithm"] != "spread"]
     lines, result = report(rows, rules)
-    lines += [""] + spread_table(parts, args)
+    lines += [""] + spread_table(found_by_part)
     text = "\n".join([f"# The sentences' voices' rule, chosen leaving one clip out ({len(rules)} rules, "
                       f"parts {args.parts})", ""] + lines) + "\n"
     print(text)

@@ -158,26 +158,32 @@ def _spread(vectors: np.ndarray) -> float:
     return float(1.0 - (sims.sum() - np.trace(sims)) / (n * (n - 1)))
 
 
+def split_in_two(vectors: np.ndarray) -> tuple[float, list[list[int]], float]:
+    """Unit ``vectors`` split in two by average linkage on cosine distance: the two groups'
+    distance, the groups (positions; the second empty where every merge is at one height), and
+    the larger spread inside either (:func:`_spread`)."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    tree = linkage(vectors, method="average", metric="cosine")
+    cluster = fcluster(tree, 2, criterion="maxclust")
+    groups = [[i for i, c in enumerate(cluster) if c == k] for k in (1, 2)]
+    return float(tree[-1, 2]), groups, max(_spread(vectors[g]) for g in groups)
+
+
 def _two_voices(units: list[Unit], vectors: list[np.ndarray], rule: VoiceRule
                 ) -> Optional[tuple[list[int], list[int]]]:
     """Positions of the larger and the smaller group when the units hold two voices by ``rule``,
     else None."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-
-    stacked = np.stack(vectors)
-    tree = linkage(stacked, method="average", metric="cosine")
-    distance = float(tree[-1, 2])
+    distance, groups, spread = split_in_two(np.stack(vectors))
     if not distance >= rule.split_distance:
         return None
-    cluster = fcluster(tree, 2, criterion="maxclust")
-    groups = [[i for i, c in enumerate(cluster) if c == k] for k in (1, 2)]
     seconds = [_distinct_seconds([units[i] for i in g]) for g in groups]
     if min(seconds) < rule.min_group_s:
         return None
     big, small = (groups[0], groups[1]) if seconds[0] >= seconds[1] else (groups[1], groups[0])
     if len(small) < rule.min_group_units:
         return None
-    if distance - max(_spread(stacked[g]) for g in groups) < rule.split_gap:
+    if distance - spread < rule.split_gap:
         return None
     return big, small
 
