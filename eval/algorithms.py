@@ -45,7 +45,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -152,11 +152,12 @@ def anchor_exclusive(chunks, words, diar: Diar, duration: float) -> list[HypToke
     return _word_tokens(max_overlap(_pieces(words, duration), diar.exclusive))
 
 
-def ours(rules: Optional[frozenset] = None, voices: bool = True, voice_rule: VoiceRule = VOICE_RULE) -> Callable:
-    """The endpoint's attribution (``rules``: the attribution's rules on; ``voices``: the
-    sentences' voices, by ``voice_rule``)."""
+def ours(rules: Optional[frozenset] = None, voices: bool = True, voice_rule: VoiceRule = VOICE_RULE,
+         weights: Optional[Mapping[str, float]] = None) -> Callable:
+    """The endpoint's attribution (``rules``: the attribution's rules on; ``weights``: its
+    weights where not the defaults; ``voices``: the sentences' voices, by ``voice_rule``)."""
     def run(chunks, words, diar: Diar, duration: float) -> list[HypToken]:
-        extra = {} if rules is None else {"rules": rules}
+        extra = ({} if rules is None else {"rules": rules}) | ({} if weights is None else {"weights": weights})
         pieces = attribution.attribute_words(_pieces(words, duration), diar.turns,
                                              diar.own_exclusive, **extra)
         if voices and diar.embed is not None:

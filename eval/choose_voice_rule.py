@@ -71,16 +71,17 @@ def rule_name(i: int) -> str:
     return f"rule{i:03d}"
 
 
-def score_part(part: str, rules: list[VoiceRule], args, extra: Optional[dict] = None) -> list[dict]:
-    """eval/evaluate.py's rows for ``part`` with each rule (``rule000``...), the anchor and the
-    attribution without the voices (``none``), and the ``extra`` algorithms."""
+def score_part(part: str, rules: list[VoiceRule], args, extra: Optional[dict] = None,
+               modes: str = "oracle,pipeline") -> list[dict]:
+    """eval/evaluate.py's rows for ``part`` in ``modes`` with each rule (``rule000``...), the
+    anchor and the attribution without the voices (``none``), and the ``extra`` algorithms."""
     algs = {"anchor": algorithms.anchor, "ours": algorithms.ours(), NONE: algorithms.ours(voices=False)}
     algs.update({rule_name(i): algorithms.ours(voice_rule=r) for i, r in enumerate(rules)})
     algs.update(extra or {})
     evaluate.runners = lambda before=None, ablate=False: algs
     evaluate.label = lambda alg: alg
     with tempfile.TemporaryDirectory() as out:
-        argv = ["--part", part, "--mode", "oracle,pipeline", "--out", out, "--threads", str(args.threads)]
+        argv = ["--part", part, "--mode", modes, "--out", out, "--threads", str(args.threads)]
         if args.models:
             argv += ["--models", args.models]
         if args.count and part in ("tuning", "heldout"):

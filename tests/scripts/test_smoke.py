@@ -389,6 +389,32 @@ def test_evaluate_meetings(env, kit, tmp_path):
 
 
 @heavy
+def test_choose_word_rules(env, kit, tmp_path):
+    """eval/choose_word_rules.py --quick on two stand-in meeting clips and their harder variants,
+    as eval/test_eval.py runs choose_voice_rule.py: every turn kind scored, today's rules listed
+    with where they do harm, every clip held out once, the tables written to word-rules.md."""
+    from speaker_asr.testing.kit import write_meeting
+
+    for name in ("ami_EN0001a", "ami_EN0002a"):
+        write_meeting(tmp_path / "meetings" / name, kit / "audio")
+        (tmp_path / "meetings" / name / "info.json").write_text(json.dumps({"ami": {"meeting": name[4:]}}))
+    out = run([sys.executable, "eval/choose_word_rules.py", "--quick", "--parts", "meetings,meetings-hard",
+               "--heldout", "", "--models", "tiny.en", "--models-dir", str(kit),
+               "--meetings-dir", str(tmp_path / "meetings"), "--cache-dir", str(tmp_path / "cache"),
+               "--out", str(tmp_path / "out")], env)
+    assert "## The set chosen on every recording" in out and "Where today's rules do harm" in out, out
+    held = table_rows(out, "| part | model | turns | anchor | today's | chosen on all | held-out choice "
+                           "| recordings harmed |")
+    assert {(r[0], r[2]) for r in held} == {(p, t) for p in ("meetings", "meetings-hard")
+                                            for t in ("reference", "reference (4)", "pipeline")}, out
+    result = json.loads((tmp_path / "out" / "word-rules.json").read_text())
+    assert set(result["result"]["held"]) == {"EN0001a", "EN0002a"}
+    assert {r["part"] for r in result["rows"]} == {"meetings", "meetings-hard"}
+    assert len({r["algorithm"] for r in result["rows"]}) == 33  # the anchor and 2^5 candidates
+    assert (tmp_path / "out" / "word-rules.md").read_text() == out.rstrip("\n") + "\n"
+
+
+@heavy
 def test_multichannel_eval(env, kit, tmp_path):
     """eval/multichannel.py on the stand-in meeting: one channel per person, both modes scored,
     every word of the multichannel answer carrying its channel."""
