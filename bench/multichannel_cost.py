@@ -78,7 +78,7 @@ def main(argv=None) -> int:
             from speaker_asr.config import InferenceConfig
 
             config = InferenceConfig.from_request({}, handler.models.capabilities)
-            with handler.models.lock:
+            with handler.models.asr_lane():
                 handler.models.asr.transcribe(data, config, word_timestamps=True)
         else:
             handler({"inputs": base64.b64encode(wav_bytes(data)).decode(), "parameters": parameters})

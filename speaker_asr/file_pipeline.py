@@ -3,8 +3,9 @@
 
     known speakers' clips -> transcribe beside diarize -> attribute -> name known speakers
 
-with the ASR under the models' lock on the calling thread and the diarization (and every voice
-embedding) on the diarization thread. A ``multichannel`` recording takes the same way, each
+with the ASR on the ASR lane on the calling thread and the diarization (and every voice embedding)
+on the diarization lane's pool, the whole as one scheduled job (speaker_asr/scheduling/: the
+caller's, or a file job of its own). A ``multichannel`` recording takes the same way, each
 channel a speaker (speaker_asr/multichannel.py).
 """
 
@@ -44,21 +45,26 @@ class FilePipeline:
         """As :meth:`speaker_asr.models.Models.transcribe` says: the known speakers' clips
         checked and embedded (a bad one refused before any decoding; ``on_start`` called after),
         the ASR beside the diarization, every word given a speaker, the known speakers named."""
+        with self.models.scheduler.file_job():
+            return self._transcribe(audio, config, on_start, progress)
+
+    def _transcribe(self, audio: np.ndarray, config: InferenceConfig,
+                    on_start: Optional[Callable[[], None]] = None,
+                    progress: Optional[ProgressCallback] = None) -> Result:
         models = self.models
         channels = Channels.of(audio, config) if config.multichannel else None
-        with models.lock:
-            references = self.diarization.call(reference_voices, models.diarizer if models.has_voices else None,
-                                               config)
-            if on_start is not None:
-                on_start()
-            with_voices = references is not None or config.return_speaker_embeddings
-            if channels is not None:
-                transcripts, found_by_channel = self._hear_channels(audio, channels, config, with_voices, progress)
-            elif is_silent(audio, config):  # nothing to transcribe: Whisper would only make something up
-                transcript = Transcript("", [], config.language if models.asr.multilingual else "en")
-                found = Diarization() if models.diarizer is not None else None
-            else:
-                transcript, found = self._transcribe_and_diarize(audio, config, with_voices, progress)
+        references = self.diarization.call(reference_voices, models.diarizer if models.has_voices else None,
+                                           config)
+        if on_start is not None:
+            on_start()
+        with_voices = references is not None or config.return_speaker_embeddings
+        if channels is not None:
+            transcripts, found_by_channel = self._hear_channels(audio, channels, config, with_voices, progress)
+        elif is_silent(audio, config):  # nothing to transcribe: Whisper would only make something up
+            transcript = Transcript("", [], config.language if models.asr.multilingual else "en")
+            found = Diarization() if models.diarizer is not None else None
+        else:
+            transcript, found = self._transcribe_and_diarize(audio, config, with_voices, progress)
         if channels is not None:
             return channel_result(audio, channels, config, transcripts, found_by_channel, references, with_voices,
                                   multilingual=models.asr.multilingual, embed=models.embed,
@@ -88,10 +94,12 @@ class FilePipeline:
             def diarize():
                 return diarizer.diarize(audio, config, with_voices, progress)
         # word timestamps drive speaker attribution; without diarization only when asked for
-        return self.diarization.beside(
-            lambda: asr.transcribe(audio, config, word_timestamps=diarize is not None
-                                   or config.return_word_timestamps, progress=progress),
-            diarize, lambda exc: Diarization(error=type(exc).__name__))
+        def transcribe():
+            with self.models.asr_lane():
+                return asr.transcribe(audio, config, word_timestamps=diarize is not None
+                                      or config.return_word_timestamps, progress=progress)
+
+        return self.diarization.beside(transcribe, diarize, lambda exc: Diarization(error=type(exc).__name__))
 
     def _hear_channels(self, audio: np.ndarray, channels: Channels, config: InferenceConfig,
                        with_voices: bool, progress: Optional[ProgressCallback]
@@ -104,12 +112,14 @@ class FilePipeline:
         if config.diarize_channels and heard:
             def diarize():
                 return {c: diarizer.diarize(audio[c], channels.config, with_voices) for c in heard}
-        return self.diarization.beside(
-            lambda: dict(zip(heard, asr.transcribe_many([audio[c] for c in heard],
-                                                        recording_language(asr, audio, heard, config),
-                                                        word_timestamps=True, progress=progress,
-                                                        stop_loops=True))),
-            diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
+        def transcribe():
+            with self.models.asr_lane():
+                return dict(zip(heard, asr.transcribe_many([audio[c] for c in heard],
+                                                           recording_language(asr, audio, heard, config),
+                                                           word_timestamps=True, progress=progress,
+                                                           stop_loops=True)))
+
+        return self.diarization.beside(transcribe, diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
 
     def _sentence_embedder(self, audio: np.ndarray, found: Optional[Diarization]
                            ) -> Optional[Callable[[list[tuple[float, float]]], list]]:

@@ -3,20 +3,25 @@ runner, live sessions, the command line's batch runs, the benches and the tests)
 the diarization and the voice model through a :class:`Models` and its typed operations, and
 nothing else.
 
-Two threads touch the models, and this module is where their rules are kept:
+The models' work is scheduled (speaker_asr/scheduling/): two *lanes*, each run by one thread at
+a time, and one :class:`~speaker_asr.scheduling.Scheduler` that decides who holds each:
 
-* **the ASR** (Whisper and its assistant) runs one call at a time, under :attr:`Models.lock`, on
-  whatever thread calls :meth:`Models.transcribe`, :meth:`Models.decode` or
-  :meth:`Models.detect_language` (our server calls from its one :class:`ModelThread`, the
-  Endpoints toolkit from its request threads, a script from its own): two callers never decode at
-  once;
-* **the diarizer** (the diarization and its voice model) runs on its own single worker thread,
-  the *diarization thread*: a request's diarization there beside its ASR (so a request costs about
-  the longer of the two, not their sum; torch releases the GIL), live sessions' speaker work
-  there beside the next items' decodes, and every voice embedding (reference clips, item voices)
-  there too (:class:`DiarizationThread`). :meth:`Models.diarize`, :meth:`Models.embed` and
-  :meth:`Models.reference` submit to it and wait; :meth:`Models.on_diarization_thread` hands it
-  any function and returns its future.
+* **the ASR lane** (Whisper and its assistant): :meth:`Models.transcribe`'s decoding,
+  :meth:`Models.decode` and :meth:`Models.detect_language`, on whatever thread calls them (our
+  server's request threads and live calls, the Endpoints toolkit's request threads, a script's
+  own);
+* **the diarization lane** (the diarization and its voice model), on the diarization pool
+  (:class:`DiarizationThread`): a request's diarization there beside its ASR (so a request costs
+  about the longer of the two, not their sum; torch releases the GIL), live sessions' speaker
+  work beside the next items' decodes, every voice embedding. :meth:`Models.diarize`,
+  :meth:`Models.embed` and :meth:`Models.reference` submit to it and wait;
+  :meth:`Models.on_diarization_thread` hands it any function and returns its future.
+
+The model code gives a lane up at each unit's boundary (a decode step, a batch of the
+segmentation or of the embeddings, a sentence's voice) when the policy ranks waiting work first
+(a live final decode, a shorter file), and stops there when its job is cancelled (its client
+gone). The job a call works for is the caller's context's (the server's request or live call);
+a caller without one gets a file job of its own.
 
 One recording's transcription, the steps in their order on these two threads, is
 speaker_asr/file_pipeline.py's (:meth:`Models.transcribe` runs it).
@@ -28,6 +33,7 @@ through :class:`Models` without a change to the front ends.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -47,6 +53,7 @@ from speaker_asr.pipeline import (WARM_UP_MAX_NEW_TOKENS, WARM_UP_SECONDS, diari
                                   speaker_voices, warm_up_audio)
 from speaker_asr.progress import ProgressCallback
 from speaker_asr.result import Result
+from speaker_asr.scheduling import Scheduler, checkpoint
 from speaker_asr.types import Diarization, Transcript, Word
 
 logger = logging.getLogger("handler")
@@ -143,7 +150,11 @@ class PyannoteDiarizer:
     def embed_spans(self, audio: np.ndarray, spans: list[tuple[float, float]]) -> list[Optional[np.ndarray]]:
         """The voice of each ``(start, end)`` span of ``audio`` (seconds; the sentences whose
         voices check the speakers), as :meth:`embed` gives it."""
-        return [self.embed(audio[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)]) for a, b in spans]
+        voices = []
+        for a, b in spans:
+            checkpoint()  # each sentence's voice is a unit
+            voices.append(self.embed(audio[int(a * SAMPLE_RATE):int(b * SAMPLE_RATE)]))
+        return voices
 
     def activity(self, audio: np.ndarray) -> Optional[Activity]:
         from speaker_asr.diarization.pipeline import frame_activity
@@ -201,26 +212,36 @@ class ModelThread:
 
 
 class DiarizationThread:
-    """The diarizer's one worker thread (none when no diarization is loaded: there is no voice
-    work to keep apart then, and what would run there runs where it is called)."""
+    """The diarizer's worker pool (none when no diarization is loaded: there is no voice work to
+    keep apart then, and what would run there runs where it is called). Each call runs in its
+    caller's context (the job it works for) and holds the diarization lane of ``scheduler``; the
+    pool has several threads so that the scheduler, not the pool's queue, decides whose unit runs
+    (a live item's speakers do not wait for a whole file's diarization)."""
 
-    def __init__(self, loaded: bool):
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diarization") if loaded else None
+    WORKERS = 8
+
+    def __init__(self, loaded: bool, scheduler: Optional[Scheduler] = None):
+        self._pool = ThreadPoolExecutor(max_workers=self.WORKERS, thread_name_prefix="diarization") \
+            if loaded else None
+        self._scheduler = scheduler or Scheduler()
         self._on = threading.local()
 
     def submit(self, fn: Callable[[], Any]) -> Future:
-        """``fn()`` on the thread; its future (cancel it to drop it while queued)."""
+        """``fn()`` on the pool, in the caller's context, holding the diarization lane; its future
+        (cancel it to drop it while queued)."""
         if self._pool is None:
             raise RuntimeError("no diarization is loaded")
+        context = contextvars.copy_context()
 
         def run():
             self._on.active = True
             try:
-                return fn()
+                with self._scheduler.unit("diarization"):
+                    return fn()
             finally:
                 self._on.active = False
 
-        return self._pool.submit(run)
+        return self._pool.submit(context.run, run)
 
     def call(self, fn: Callable, *args) -> Any:
         """``fn(*args)`` on the thread, waited for (at once when already on it, or when there is
@@ -261,10 +282,9 @@ class Models:
         self.asr, self.diarizer = asr, diarizer
         self.settings = settings if settings is not None else ModelSettings()
         self.capabilities: ModelCapabilities = asr.capabilities(has_diarization=diarizer is not None)
-        #: held by every ASR call: the models, the assistant policy and the decoding scopes are
-        #: shared state
-        self.lock = threading.Lock()
-        self._diarization = DiarizationThread(loaded=diarizer is not None)
+        #: who holds the ASR and diarization lanes (speaker_asr/scheduling/)
+        self.scheduler = Scheduler(self.settings.schedule_policy())
+        self._diarization = DiarizationThread(loaded=diarizer is not None, scheduler=self.scheduler)
         self._file_pipeline = FilePipeline(self, self._diarization)
         #: seconds per part of the load's warm-up (:meth:`warm_up`); None before it ran
         self.warm_up_seconds: Optional[dict[str, float]] = None
@@ -329,7 +349,12 @@ class Models:
             return {}
         return {mode: v["median_s_per_audio_s"] for mode, v in self.asr.assist_policy.snapshot().items()}
 
-    # -- the ASR (under the lock) -------------------------------------------------------------
+    def asr_lane(self):
+        """Hold the ASR lane for the block (its decode steps give it up to work the scheduler
+        ranks first): every call of the ASR model runs inside one."""
+        return self.scheduler.unit("asr")
+
+    # -- the ASR (on its lane) -------------------------------------------------------------
 
     def transcribe(self, audio: np.ndarray, config: InferenceConfig,
                    on_start: Optional[Callable[[], None]] = None,
@@ -358,7 +383,7 @@ class Models:
         tokens = DraftTokens(given=draft or None)
         if tokens.given:  # an earlier decode drafts better than an assistant model could
             config = config.model_copy(update={"assisted": False})
-        with self.lock:
+        with self.asr_lane():
             transcript = self.asr.transcribe(audio, config, word_timestamps=self.asr.has_alignment_heads,
                                              record=False, draft=tokens, max_new_tokens=max_new_tokens,
                                              cancel=cancel, stop_loops=True)
@@ -370,7 +395,7 @@ class Models:
 
     def detect_language(self, audio: np.ndarray) -> Optional[str]:
         """Whisper's language detection on the audio's first 30 s (None: not one it writes)."""
-        with self.lock:
+        with self.asr_lane():
             return self.asr.detect_language(audio)
 
     # -- the diarizer (on the diarization thread) ---------------------------------------------
@@ -426,7 +451,7 @@ class Models:
         models write anything, or nothing); an exception in a model propagates."""
         audio = warm_up_audio() if audio is None else audio
         seconds: dict[str, float] = {}
-        with self.lock:
+        with self.asr_lane():
             for assisted in (False, True) if self.capabilities.has_assistant else (False,):
                 config = InferenceConfig.from_request({"assisted": assisted}, self.capabilities)
                 started = time.perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from speaker_asr.diarization.pipeline import diarize
 from speaker_asr.errors import RequestError
 from speaker_asr.progress import DiarizationHook, ProgressCallback
 from speaker_asr.result import Result
+from speaker_asr.scheduling import checkpoint
 from speaker_asr.types import Diarization, Transcript, Turn
 
 logger = logging.getLogger("handler")
@@ -76,6 +77,19 @@ def reference_voices(voices, config: InferenceConfig) -> Optional[dict[str, list
         raise
 
 
+def scheduled_hook(hook: Optional[Callable] = None) -> Callable:
+    """pyannote's hook, called after each batch of the segmentation and of the embeddings and
+    after each step: there the diarization's unit ends (speaker_asr/scheduling/: the lane given
+    up to work ranked first, a cancelled job's diarization stopped), then ``hook`` hears it."""
+    def hook_and_checkpoint(*args, **kwargs):
+        checkpoint()
+        if hook is not None:
+            hook(*args, **kwargs)
+
+    hook_and_checkpoint.progress = hook  # what hears the steps (None: nobody)
+    return hook_and_checkpoint
+
+
 def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfig,
                      with_voices: bool, progress: Optional[ProgressCallback] = None) -> Diarization:
     """The diarization of ``audio``, speakers labelled SPEAKER_00, SPEAKER_01, ... in order of
@@ -86,7 +100,7 @@ def diarize_speakers(pipeline, voices, audio: np.ndarray, config: InferenceConfi
     voices)."""
     found = diarize(pipeline, audio, num_speakers=config.num_speakers,
                     min_speakers=config.min_speakers, max_speakers=config.max_speakers,
-                    hook=DiarizationHook(progress) if progress is not None else None)
+                    hook=scheduled_hook(DiarizationHook(progress) if progress is not None else None))
     alone = speakers_alone(found)
     labels = speaker_labels(found.turns, speaker_labels(alone))
     found = Diarization(rename_speakers(found.turns, labels),

@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from speaker_asr.error_text import bounds_text, shown, value_error_text
+from speaker_asr.scheduling.policy import DEFAULT_MAX_WAIT_S, SchedulePolicy
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3"
 DOCUMENTED_ASSISTANT_MODEL = "distil-whisper/distil-large-v3"
@@ -90,6 +91,19 @@ class ModelSettings(BaseSettings):
                           "and assisted when an assistant is loaded) so the first request does not "
                           "pay the libraries' lazy set-up (cuBLAS/cuDNN on a GPU); false starts "
                           "faster. Not counted by assisted='auto' or the metrics")
+    schedule_file_order: Literal["least_served", "round_robin", "arrival"] = Field(
+        "least_served", description="which file request's next unit of model work goes first "
+                                    "(speaker_asr/scheduling/policy.py): least_served, the one with the "
+                                    "least model time so far (a short file is not stuck behind a long "
+                                    "one); round_robin, the one that ran longest ago; arrival, one whole "
+                                    "request after another")
+    schedule_max_wait_s: float = Field(
+        DEFAULT_MAX_WAIT_S, gt=0, le=3600,
+        description="seconds a file request's unit may wait before it goes ahead of partial decodes "
+                    "and of the other files: no request starves")
+    schedule_live_first: bool = Field(
+        True, description="file work pauses at its next unit, on both lanes, while a live item's final "
+                          "decode or its speakers wait or run (on a CPU the lanes share the cores)")
 
     @field_validator("asr_model")
     @classmethod
@@ -129,6 +143,9 @@ class ModelSettings(BaseSettings):
     def token(self) -> Optional[str]:
         return self.hf_token.get_secret_value() if self.hf_token else None
 
+    def schedule_policy(self) -> SchedulePolicy:
+        return SchedulePolicy(self.schedule_file_order, self.schedule_max_wait_s, self.schedule_live_first)
+
 
 DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 # requests that may wait for the model beside the one it runs: each holds its body (up to
@@ -136,7 +153,11 @@ DEFAULT_MAX_BODY_BYTES = 100 * 1024 * 1024
 # ninth request would wait for eight transcriptions first (minutes for long audio), longer than
 # most clients' timeouts
 DEFAULT_MAX_QUEUE = 8
-# live sessions at once: each shares the one model thread with the others and the file requests
+# requests the models work on at once (their units interleaved by the scheduler, so a short file
+# is answered while a long one runs); each holds its decoded audio and the model's intermediate
+# results in memory
+DEFAULT_MAX_CONCURRENT = 4
+# live sessions at once: each shares the ASR lane with the others and the file requests
 # (a growing utterance is decoded again about once a second, and each decode of it takes a real
 # part of a CPU's time: docs/measurements.md, "Figures behind the speed fixes' reasons"), so a few
 # per CPU model
@@ -178,6 +199,10 @@ class ServerSettings(BaseSettings):
                                 description="largest request body in bytes (413 above)")
     max_queue: int = Field(DEFAULT_MAX_QUEUE, ge=0, le=10_000,
                            description="requests that may wait for the model beside the one it runs")
+    max_concurrent: int = Field(DEFAULT_MAX_CONCURRENT, ge=1, le=64,
+                                description="requests the models work on at once, their work interleaved "
+                                            "unit by unit (SCHEDULE_FILE_ORDER); the others wait in the "
+                                            "queue")
     api_key: Optional[SecretStr] = Field(
         None, description="when set, every route but /health and the /live page needs 'Authorization: "
                           "Bearer <key>'")
@@ -212,7 +237,7 @@ class ServerSettings(BaseSettings):
     def _host(cls, v):
         return v.strip() if isinstance(v, str) else v
 
-    @field_validator("port", "max_body_bytes", "max_queue", "max_sessions", "live_max_session_s",
+    @field_validator("port", "max_body_bytes", "max_queue", "max_concurrent", "max_sessions", "live_max_session_s",
                      "live_max_frame_bytes", "live_read_ahead_bytes", mode="before")
     @classmethod
     def _whole_number(cls, v):

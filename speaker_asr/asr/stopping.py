@@ -1,5 +1,7 @@
 """Ending a Whisper decode early, from inside generate: the stopping criteria checked once per
-generated token. A caller's ``cancel`` event stops the decode with :class:`DecodeCancelled` (a
+generated token. Each token is a unit of the scheduler's (speaker_asr/scheduling/): there the
+decode gives the ASR lane up to work ranked first, and a cancelled job's decode stops
+(:class:`~speaker_asr.scheduling.WorkCancelled`). A caller's ``cancel`` event stops the decode with :class:`DecodeCancelled` (a
 live session's partial decode that its utterance's end made useless), and ``stop_loops`` ends
 the sequences whose text goes round in a loop (:func:`~speaker_asr.asr.hallucination.looping`)
 instead of letting them run on to the token limit. The transcriber
@@ -13,6 +15,7 @@ import threading
 from typing import Optional
 
 from speaker_asr.asr.hallucination import looping
+from speaker_asr.scheduling import checkpoint
 
 
 class DecodeCancelled(Exception):
@@ -20,7 +23,8 @@ class DecodeCancelled(Exception):
 
 
 def stopping_criteria(cancel: Optional[threading.Event], stop_loops: bool, timestamp_begin: Optional[int]):
-    """generate's stopping criteria, checked once per generated token: with ``cancel``, a
+    """generate's stopping criteria, checked once per generated token: the scheduler's
+    :func:`~speaker_asr.scheduling.checkpoint`; with ``cancel``, a
     :class:`DecodeCancelled` at the first token after it is set; with ``stop_loops``, the end of
     the sequences whose text tokens loop (:func:`~speaker_asr.asr.hallucination.looping`; the
     timestamp tokens from ``timestamp_begin`` on left out: each repeat of a looping sentence
@@ -30,6 +34,7 @@ def stopping_criteria(cancel: Optional[threading.Event], stop_loops: bool, times
 
     class Stop(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):
+            checkpoint()
             if cancel is not None and cancel.is_set():
                 raise DecodeCancelled("cancelled while it decoded")
             done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)

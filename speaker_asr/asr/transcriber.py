@@ -34,6 +34,7 @@ from speaker_asr.formats import first_temperature
 from speaker_asr.patches.draft_decoding import DRAFT, PROPOSED, DraftTokens, draft_allowed
 from speaker_asr.patches.scope import RequestScope
 from speaker_asr.progress import AsrWindows, ProgressCallback
+from speaker_asr.scheduling import thread_waited
 from speaker_asr.types import AssistDecision, Segment, Transcript, Word
 
 logger = logging.getLogger(__name__)
@@ -420,15 +421,14 @@ class WhisperTranscriber:
         if max_new_tokens is not None:
             generate_kwargs["max_new_tokens"] = min(max_new_tokens,
                                                     generate_kwargs.get("max_new_tokens", max_new_tokens))
-        if cancel is not None or stop_loops:
-            generate_kwargs["stopping_criteria"] = stopping_criteria(cancel, stop_loops,
-                                                                  self._timestamp_begin())
+        # always: each generated token is a unit of the scheduler's
+        generate_kwargs["stopping_criteria"] = stopping_criteria(cancel, stop_loops, self._timestamp_begin())
         if windows is not None and len(audios) == 1 and not chunked \
                 and self.window_count(len(audios[0]), cfg, chunked) > 1 and self.monitors_progress:
             # Whisper's sequential loop says where each window starts: (seek, max frames)
             generate_kwargs["monitor_progress"] = \
                 lambda p: windows.reached(float(p[0, 0]) / max(1.0, float(p[0, 1])))
-        started = time.perf_counter()
+        started, waited = time.perf_counter(), thread_waited()
         from speaker_asr.patches.chunk_windows import one_pass_per_window
         from speaker_asr.patches.whisper import fast_lm_head_allowed, fast_lm_head_scope
 
@@ -447,7 +447,9 @@ class WhisperTranscriber:
         if len(inputs) == 1:
             outs = [outs]
         if eligible and record:
-            self.assist_policy.record(assisted, seconds, time.perf_counter() - started)
+            # the decode's own time: what it waited for the lane (other work's units) left out
+            self.assist_policy.record(assisted, seconds,
+                                      time.perf_counter() - started - (thread_waited() - waited))
         return [self._transcript(out, words_mode, language if self.multilingual else "en", cfg, decision)
                 for out in outs]
 

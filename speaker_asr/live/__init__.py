@@ -9,7 +9,7 @@ With I/O or models:
 * :mod:`.session` -- :class:`LiveSession`, one session's parts held together: client events in,
   server events and model calls out;
 * :mod:`.engine` -- :class:`LiveEngine`, what a session needs of the models, and the server's
-  :class:`RunnerEngine` (its calls onto the model thread or the diarization thread, through
+  :class:`RunnerEngine` (its calls as jobs of the models' scheduler, with their priorities, through
   :class:`speaker_asr.models.Models`);
 * :mod:`.decoding` -- :class:`DecodeScheduler`, the partial and final decodes;
 * :mod:`.item_queue` -- :class:`ItemQueue`, the committed items in order and the back-pressure;

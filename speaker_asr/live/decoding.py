@@ -1,4 +1,4 @@
-"""When a live session's items are decoded, on the model thread through the engine
+"""When a live session's items are decoded, on the ASR lane through the engine
 (:mod:`speaker_asr.live.engine`): the partial decodes of the growing item and each committed
 item's final decode.
 
@@ -25,6 +25,7 @@ from typing import Awaitable, Callable, NamedTuple, Optional
 
 import numpy as np
 
+from speaker_asr.scheduling import Priority
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
 from speaker_asr.live.buffer import AudioBuffer
@@ -95,7 +96,10 @@ class DecodeScheduler:
         try:
             config = await self.item_config(item, audio)
             with self.engine.partials.running(cancel, preemptible):
-                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel))
+                # one made in a pause may be the final: it is ranked as one
+                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel),
+                                                priority=Priority.LIVE_PARTIAL if preemptible
+                                                else Priority.LIVE_FINAL)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -121,7 +125,7 @@ class DecodeScheduler:
         if item.language is None:
             item.language = await self.language.for_item(
                 audio, self._config().language,
-                lambda heard: self.engine.run(lambda: self.engine.language(heard)))
+                lambda heard: self.engine.run(lambda: self.engine.language(heard), priority=Priority.LIVE_FINAL))
         config = self._config()
         if not item.language or item.language == config.language:
             return config
@@ -152,7 +156,8 @@ class DecodeScheduler:
             decoded = item.final_decode()
             if decoded is None:
                 previous = item.last_partial.decoded if item.last_partial is not None else None
-                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous))
+                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous),
+                                                priority=Priority.LIVE_FINAL)
             return decoded
         finally:
             self.finals -= 1

@@ -1,10 +1,10 @@
 """The live sessions' way to the models. :class:`LiveEngine` is what a session
 (:class:`~speaker_asr.live.session.LiveSession`) needs of them: what is loaded, where a call runs
-(the model thread, the diarization thread) and the calls themselves. :class:`RunnerEngine` is the
-server's: it puts each model call of a session onto the server's model thread (through the
-runner's queue, one at a time with the file requests, :meth:`ModelRunner.call
-<speaker_asr.serving.runner.ModelRunner.call>`) or onto the diarization thread (an item's
-speakers, beside the next decodes), and awaits it. What each call does is
+and with which priority (speaker_asr/scheduling/policy.py: a final decode first, then the
+speakers, then partial decodes, file work last), and the calls themselves. :class:`RunnerEngine`
+is the server's: it runs each model call of a session as a job of the models' scheduler, on the
+runner's live calls (:meth:`ModelRunner.call <speaker_asr.serving.runner.ModelRunner.call>`) or
+on the diarization pool (an item's speakers, beside the next decodes), and awaits it. What each call does is
 :class:`speaker_asr.models.Models`' (the one models layer); this module only adds the sessions'
 limits on a decode and the item's speakers in the session's terms. The tests' engine
 (tests/live/test_live_session.py) decodes by the audio's length.
@@ -25,6 +25,7 @@ from speaker_asr.config import InferenceConfig, ModelCapabilities
 from speaker_asr.diarization.frames import Activity
 from speaker_asr.models import Decoded, Models
 from speaker_asr.result import Result
+from speaker_asr.scheduling import Priority
 from speaker_asr.types import Diarization
 
 # a decode makes at most this many tokens per second of audio (plus DECODE_MIN_TOKENS): speech
@@ -54,7 +55,7 @@ class Loaded:
 
 
 class PartialDecodes:
-    """The sessions' partial decodes in hand, across sessions (the model thread is theirs
+    """The sessions' partial decodes in hand, across sessions (the ASR lane is theirs
     together): one session's final decode would wait behind another's partial (a draft of a
     growing utterance that can come later), so a final decode stops them first."""
 
@@ -64,7 +65,7 @@ class PartialDecodes:
 
     @contextlib.contextmanager
     def running(self, cancel: threading.Event, preemptible: bool = True):
-        """Held while a partial decode waits for the model thread or runs on it; a
+        """Held while a partial decode waits for the ASR lane or runs on it; a
         ``preemptible`` one is stopped by :meth:`preempt` (its ``cancel`` set)."""
         if not preemptible:
             yield
@@ -89,18 +90,19 @@ class PartialDecodes:
 
 class LiveEngine(Protocol):
     """What a live session needs of the models: what is loaded (:attr:`loaded`), where a call
-    runs (``run``: the model thread; ``on_diarization_thread``), the partial decodes in hand
+    runs (``run``: a job with its priority; ``on_diarization_thread``), the partial decodes in hand
     across sessions (:attr:`partials`) and the calls themselves (run through one of the two; a
     call cancelled while it waits is dropped before it runs)."""
 
     loaded: Loaded
     partials: PartialDecodes
 
-    def busy(self) -> bool: ...  # whether the model thread has a call running or waiting
+    def busy(self) -> bool: ...  # whether live decodes wait or run: no partial decode then
 
-    async def run(self, fn: Callable[[], Any]) -> Any: ...
+    async def run(self, fn: Callable[[], Any], priority: Priority = Priority.FILE) -> Any: ...
 
-    async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any: ...
+    async def on_diarization_thread(self, fn: Callable[[], Any],
+                                    priority: Priority = Priority.LIVE_SPEAKERS) -> Any: ...
 
     def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
                cancel: Optional[threading.Event] = None) -> Decoded: ...
@@ -150,24 +152,32 @@ class RunnerEngine(LiveEngine):
                       models.multilingual)
 
     def busy(self) -> bool:
-        """Whether the model thread has a call running or waiting."""
-        waiting, running = self.runner.counts()
-        return waiting + running > 0
+        """Whether live decodes (of any session: final or partial) wait for the ASR lane or run
+        on it: a partial decode would only queue behind them. File work does not count: partials
+        go before it."""
+        return self.models.scheduler.busy(Priority.LIVE_PARTIAL, lane="asr")
 
     # -- where a call runs ----------------------------------------------------------------------
 
-    async def run(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` on the model thread. Cancelled while queued: dropped before it runs."""
-        return await self.runner.call(fn)
+    async def run(self, fn: Callable[[], Any], priority: Priority = Priority.FILE) -> Any:
+        """``fn()`` as a job of ``priority``, its units ordered by the models' scheduler.
+        Cancelled: dropped while queued, stopped at its next unit once running."""
+        return await self.runner.call(fn, priority)
 
-    async def on_diarization_thread(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` on the diarization thread, beside the model thread's decodes: an item's
-        speakers are found while the next item is decoded. Cancelled while queued: dropped."""
-        future = self.models.on_diarization_thread(fn)
+    async def on_diarization_thread(self, fn: Callable[[], Any],
+                                    priority: Priority = Priority.LIVE_SPEAKERS) -> Any:
+        """``fn()`` on the diarization pool as a job of ``priority``, beside the ASR lane's
+        decodes: an item's speakers are found while the next item is decoded. Cancelled: dropped
+        while queued, stopped at its next unit once running."""
+        scheduler = self.models.scheduler
+        job = scheduler.new_job(priority, "live speakers")
+        with scheduler.working_for(job):  # the pool runs fn in this context
+            future = self.models.on_diarization_thread(fn)
         try:
             return await asyncio.shield(asyncio.wrap_future(future))
         except asyncio.CancelledError:
-            future.cancel()
+            if not future.cancel():
+                job.cancel("the live call was cancelled")
             raise
 
     # -- the calls (run through run() or on_diarization_thread()) -------------------------------

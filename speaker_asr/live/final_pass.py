@@ -31,6 +31,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from speaker_asr.scheduling import Priority
 from speaker_asr.assignment import best_pairs
 from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.config import InferenceConfig
@@ -202,12 +203,12 @@ def speaker_mapping(offline: Sequence[Span], live: Sequence[Span], offline_order
 
 class FinalPassCancelled(Exception):
     """Raised in a running final pass (from its progress callback) once its session is closed:
-    the model thread stops working for a client that is gone."""
+    the models stop working for a client that is gone."""
 
 
 async def run_final_pass(engine, kept: KeptAudio, config: InferenceConfig, closed: threading.Event,
                          live_spans: Sequence[Span]) -> Result:
-    """The file pipeline over the kept audio (on the model thread, through ``engine.run``), on
+    """The file pipeline over the kept audio (a file job of the models' scheduler, through ``engine.run``), on
     the session's clock, a warning for what was not kept, its speakers named as the live session
     named them (``live_spans``: the segments it sent). Stops at its next progress step once
     ``closed`` is set."""
@@ -223,7 +224,7 @@ async def run_final_pass(engine, kept: KeptAudio, config: InferenceConfig, close
         stop_if_closed()
         return engine.transcribe_session(audio, config, stop_if_closed)
 
-    result = (await engine.run(run)).shifted(kept.origin / SAMPLE_RATE)
+    result = (await engine.run(run, priority=Priority.FILE)).shifted(kept.origin / SAMPLE_RATE)
     if dropped:
         result = replace(result, warnings=[*result.warnings, overflow_warning(seconds, dropped)])
     keep = {k.speaker for k in result.known_speakers if k.speaker is not None}

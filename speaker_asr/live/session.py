@@ -88,7 +88,7 @@ class LiveSession:
         self.stats = SessionStats(metrics)
         self.final = FinalPassInput(max_kept_s)  # final_transcript: the audio and segments kept
         self.ending: Optional[asyncio.Task] = None
-        self._closed = threading.Event()  # read by a final pass running on the model thread
+        self._closed = threading.Event()  # read by a final pass running on a live call's thread
 
     # -- lifecycle and what the route reads ----------------------------------------------------
 

@@ -10,6 +10,7 @@ from typing import Optional
 
 import numpy as np
 
+from speaker_asr.scheduling import Priority
 from speaker_asr.errors import RequestError
 from speaker_asr.live.engine import LiveEngine
 from speaker_asr.live.protocol import ProtocolError
@@ -32,7 +33,7 @@ class SessionSpeakers:
         return bool(options.speaker_labels) and self.engine.loaded.has_voices
 
     async def embed_known(self, options, event_id: Optional[str]) -> dict[str, np.ndarray]:
-        """The known speakers' voices from their clips (on the model thread); a bad clip, or no
+        """The known speakers' voices from their clips (a live speakers job); a bad clip, or no
         voice model, is a :class:`ProtocolError` naming the field."""
         names, refs = options.known_speaker_names, options.known_speaker_references
         if not names:
@@ -44,7 +45,7 @@ class SessionSpeakers:
         def embed_all():
             return {name: self.engine.reference(i, name, ref) for i, (name, ref) in enumerate(zip(names, refs))}
         try:
-            return await self.engine.run(embed_all)
+            return await self.engine.run(embed_all, priority=Priority.LIVE_SPEAKERS)
         except RequestError as exc:
             raise ProtocolError(str(exc), param="session.speaker_asr.known_speaker_references",
                                 event_id=event_id) from None

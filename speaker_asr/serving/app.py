@@ -22,11 +22,13 @@ Beyond the toolkit:
   Bearer <key>`` (the live WebSocket takes it in a subprotocol as well: realtime.py);
 * ``GET /live``: a page that streams a browser's microphone to ``/v1/realtime`` and shows the
   captions with their speakers (live_page.py);
-* a bounded queue (``MAX_QUEUE``): a request that does not fit is answered 503 with
-  ``Retry-After`` before its body is read, and a queued request whose client disconnected is
-  dropped before the model runs it (runner.py).
+* ``MAX_CONCURRENT`` requests worked on at once, their units interleaved by the models' scheduler,
+  and a bounded queue (``MAX_QUEUE``) behind them: a request that does not fit is answered 503
+  with ``Retry-After`` before its body is read; a queued request whose client disconnected is
+  dropped before the model runs it, a running one stops at its next unit (runner.py).
 
 Environment: ``HOST`` (0.0.0.0), ``PORT`` (8080), ``MAX_BODY_BYTES`` (100 MiB), ``MAX_QUEUE`` (8),
+``MAX_CONCURRENT`` (4),
 ``API_KEY`` (none), ``LOG_LEVEL`` (info): :class:`~speaker_asr.settings.ServerSettings`; plus the
 handler's model settings (``ASR_MODEL``, ... :class:`~speaker_asr.settings.ModelSettings`).
 
@@ -265,7 +267,8 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     if overrides:  # validated as the environment's values are
         settings = server_settings(**{**settings.model_dump(), **overrides})
     limit, queue_limit, key = settings.max_body_bytes, settings.max_queue, settings.key()
-    runner = ModelRunner(handler_factory or default_handler_factory, max_queue=queue_limit)
+    runner = ModelRunner(handler_factory or default_handler_factory, max_queue=queue_limit,
+                         max_concurrent=settings.max_concurrent)
     path = RequestPath(runner, limit)
     metrics = Metrics(runner)
 

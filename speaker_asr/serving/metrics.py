@@ -161,8 +161,13 @@ class RunnerCollector(Collector):
             "asr_requests_dropped_disconnected",
             "Queued requests dropped before the model ran them because their client disconnected.",
             value=runner.dropped_disconnected)
-        yield GaugeMetricFamily("asr_inference_running", "Requests the model is working on (0 or 1).",
-                                value=running_now)
+        yield CounterMetricFamily(
+            "asr_requests_cancelled_disconnected",
+            "Running requests stopped at their next unit of model work because their client disconnected.",
+            value=runner.cancelled_disconnected)
+        yield GaugeMetricFamily("asr_inference_running",
+                                "Requests and live calls the models are working on (at most MAX_CONCURRENT "
+                                "requests).", value=running_now)
         yield GaugeMetricFamily("asr_model_ready",
                                 "1 once the model is loaded, 0 while loading or after a failed load.",
                                 value=1 if runner.ready else 0)
@@ -170,6 +175,15 @@ class RunnerCollector(Collector):
             yield GaugeMetricFamily("asr_model_load_seconds", "Seconds the model took to load.",
                                     value=round(runner.load_seconds, 3))
         models = runner.models
+        if models is not None:
+            yield CounterMetricFamily(
+                "asr_scheduler_yields",
+                "Units of model work that gave their lane up to work the scheduler ranked first.",
+                value=models.scheduler.yields)
+            yield CounterMetricFamily(
+                "asr_scheduler_jobs_cancelled",
+                "Jobs (requests, live calls) cancelled, their work stopped at its next unit.",
+                value=models.scheduler.cancelled)
         report = models.patch_report if models is not None else None
         if report:
             patches = GaugeMetricFamily(

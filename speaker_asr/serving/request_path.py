@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from speaker_asr.errors import RequestError
 from speaker_asr.redaction import scrub
 from speaker_asr.serving.negotiation import HttpError
+from speaker_asr.scheduling import WorkCancelled
 from speaker_asr.serving.runner import ClientGone, DisconnectWatch, ModelCall, ModelRunner, QueueFull
 
 logger = logging.getLogger("server")
@@ -124,12 +125,12 @@ class RequestPath:
         if not done:  # streaming, and the models have started
             return call
         error = call.future.exception()
+        if isinstance(error, WorkCancelled) or (error is None and watch.gone.is_set()):
+            raise ClientLeft(LEFT_WHILE_RUNNING)  # stopped at its next unit, or done too late
         if isinstance(error, RequestError):
             raise bad_request(error, param_names)
         if error is not None:
             raise error
-        if watch.gone.is_set():
-            raise ClientLeft(LEFT_WHILE_RUNNING)
         return call
 
 

@@ -1,20 +1,23 @@
-"""ModelRunner: loads the handler in the background and runs one call at a time on a single
-worker thread, behind a bounded queue.
+"""ModelRunner: loads the handler in the background, then runs the requests' calls on a pool of
+worker threads (``MAX_CONCURRENT`` at once), behind a bounded queue. Which request's work the
+models do at each moment is the models' scheduler's choice (speaker_asr/scheduling/): a short
+file is not stuck behind a long one, and a live session's decodes go first.
 
 A transcription request takes a place (:meth:`ModelRunner.admit`) before its body is read: at
-most ``MAX_QUEUE`` requests wait beside the one the model runs, so at most ``MAX_QUEUE + 1``
-bodies are held in memory; one more is refused (:class:`QueueFull`: 503 with ``Retry-After``).
-A request submitted to the model (:meth:`ModelRunner.submit`) is watched while it waits
-(:meth:`ModelRunner.wait`): when its client disconnects before the model starts on it, it is
-dropped (:class:`ClientGone`) and its data (the audio) released at once, not when the worker
-gets to it.
+most ``MAX_QUEUE`` requests wait beside the ones the models run, so at most ``MAX_QUEUE +
+MAX_CONCURRENT`` bodies are held in memory; one more is refused (:class:`QueueFull`: 503 with
+``Retry-After``). A request submitted to the model (:meth:`ModelRunner.submit`) is watched while
+it waits and runs (:meth:`ModelRunner.wait`): when its client disconnects before the models start
+on it, it is dropped (:class:`ClientGone`) and its data (the audio) released at once; once
+started, its job is cancelled and its work stops at its next unit (a decode step, a batch of the
+diarization).
 
 A long request's progress is logged at info (:class:`ProgressLog`) while the model runs it, when
 the handler takes a ``progress`` callback (``EndpointHandler`` does).
 
-A live session's model calls (:meth:`ModelRunner.call`: a plain function, no request data) take
-the same queue, behind the requests already in it, and are dropped the same way when their
-session closes before the model starts on them.
+A live session's model calls (:meth:`ModelRunner.call`: a plain function, no request data, with
+its priority) run on a pool of their own, each a job of the scheduler's, and stop the same way
+when their session closes.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from speaker_asr.settings import DEFAULT_MAX_QUEUE
+from speaker_asr.settings import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUE
 from speaker_asr.models import Models, ModelThread
+from speaker_asr.scheduling import Job, Priority, WorkCancelled
 from speaker_asr.progress import Progress, RequestProgress, takes_progress
 from speaker_asr.redaction import scrub
 from speaker_asr.serving.logging_setup import _request_id
@@ -41,6 +45,10 @@ logger = logging.getLogger("server")
 # honour values up to 60 s)
 DEFAULT_RETRY_AFTER_S = 5
 MAX_RETRY_AFTER_S = 60
+# live sessions' model calls in flight at once (the scheduler orders their units): more than
+# MAX_SESSIONS' default sessions can ask for together (a decode, a language detection, an item's
+# speakers each)
+LIVE_WORKERS = 16
 # a running request's progress is logged at most every 30 s and every 10 % of a step, whichever is
 # rarer (a request done within 30 s logs none)
 PROGRESS_LOG_INTERVAL_S = 30.0
@@ -116,8 +124,12 @@ class ModelCall:
     exception)."""
 
     def __init__(self, runner: "ModelRunner", data: Any, call: Callable[..., Any],
-                 ticket: Optional[Ticket], plain: bool = False):
+                 ticket: Optional[Ticket], plain: bool = False, priority: Priority = Priority.FILE):
         self.runner = runner
+        #: the scheduler's job this call works for (None: a handler without a models layer)
+        self.job: Optional[Job] = None
+        if runner.models is not None:
+            self.job = runner.models.scheduler.new_job(priority, _request_id.get() or "")
         self.data = data
         self.call = call
         self.ticket = ticket
@@ -154,7 +166,7 @@ class ModelCall:
         extra = {"progress": ProgressLog(self.context.get(_request_id))} \
             if runner.reports_progress and not self.plain else {}
         try:
-            result = self.context.run(self.call, *(() if self.plain else (data,)), **extra)
+            result = self.context.run(self._run, data, extra)
         except BaseException as exc:
             outcome: tuple = (None, exc)
         else:
@@ -169,6 +181,14 @@ class ModelCall:
             self.future.set_exception(outcome[1])
         else:
             self.future.set_result(outcome[0])
+
+
+    def _run(self, data: Any, extra: dict) -> Any:
+        args = () if self.plain else (data,)
+        if self.job is None:
+            return self.call(*args, **extra)
+        with self.job.scheduler.working_for(self.job):
+            return self.call(*args, **extra)
 
 
 class DisconnectWatch:
@@ -198,9 +218,13 @@ class ModelRunner:
     handler's :class:`~speaker_asr.models.Models` (its ``models``), None for a handler that is
     a plain function (a test's stand-in)."""
 
-    def __init__(self, factory: Callable[[], Callable[[dict], Any]], max_queue: int = DEFAULT_MAX_QUEUE):
+    def __init__(self, factory: Callable[[], Callable[[dict], Any]], max_queue: int = DEFAULT_MAX_QUEUE,
+                 max_concurrent: int = DEFAULT_MAX_CONCURRENT):
         self.factory = factory
         self.max_queue = max_queue
+        #: requests the models work on at once (1 for a handler without a models layer: nothing
+        #: would schedule their work)
+        self.max_concurrent = max_concurrent
         self.state = "loading"  # loading | ready | failed
         self.reason: Optional[str] = None
         self.handler: Optional[Callable[[dict], Any]] = None
@@ -209,13 +233,16 @@ class ModelRunner:
         self.load_started = time.monotonic()
         self.load_seconds: Optional[float] = None
         self.loaded_at: Optional[float] = None  # wall clock (time.time()) when loading finished
-        self._thread = ModelThread()
+        self._thread = ModelThread()  # the load
+        self._requests: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._live: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()
         self.admitted = 0  # tickets held: requests reading, parsing or waiting, not yet running
         self.waiting = 0  # submitted, not started: the queue depth
         self.running = 0
         self.rejected_queue_full = 0
         self.dropped_disconnected = 0
+        self.cancelled_disconnected = 0  # running when their client left: stopped at the next unit
         self._mean_run_s: Optional[float] = None
 
     @property
@@ -232,6 +259,9 @@ class ModelRunner:
 
     def stop(self) -> None:
         self._thread.stop()
+        for pool in (self._requests, self._live):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=False)
 
     def counts(self) -> tuple[int, int]:
         """(requests waiting for the model, requests running)."""
@@ -251,6 +281,9 @@ class ModelRunner:
         models = getattr(handler, "models", None)  # the handler's public models layer, if any
         self.models = models if isinstance(models, Models) else None
         self.reports_progress = takes_progress(handler)
+        workers = self.max_concurrent if self.models is not None else 1
+        self._requests = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="request")
+        self._live = concurrent.futures.ThreadPoolExecutor(LIVE_WORKERS, thread_name_prefix="live-call")
         self.load_seconds = time.monotonic() - self.load_started
         self.loaded_at = time.time()
         self.state = "ready"
@@ -309,11 +342,14 @@ class ModelRunner:
         """A place for a new request, before its body is read; :class:`QueueFull` when
         ``max_queue`` requests wait already (beside the one the model runs)."""
         with self._lock:
-            if self.admitted + self.running >= self.max_queue + 1:
+            if self.admitted + self.running >= self.max_queue + self._workers():
                 self.rejected_queue_full += 1
                 raise QueueFull(self.max_queue, self.retry_after())
             self.admitted += 1
             return Ticket(self)
+
+    def _workers(self) -> int:
+        return self.max_concurrent if self.models is not None else 1
 
     def submit(self, data: Any, call: Optional[Callable[..., Any]] = None,
                ticket: Optional[Ticket] = None) -> ModelCall:
@@ -323,25 +359,27 @@ class ModelRunner:
         assert self.handler is not None
         return self._queue(ModelCall(self, data, call or self.handler, ticket))
 
-    async def call(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` on the worker thread, queued behind the requests already waiting (a live
-        session's model call: no data, no progress callback, no place taken with :meth:`admit`).
-        Cancelled while it waits: dropped before it runs (:meth:`drop`); cancelled once running:
-        it ends on its own and nobody reads its outcome."""
+    async def call(self, fn: Callable[[], Any], priority: Priority = Priority.FILE) -> Any:
+        """``fn()`` on the live calls' pool as a job of ``priority`` (a live session's model
+        call: no data, no progress callback, no place taken with :meth:`admit`). Cancelled while
+        it waits: dropped before it runs (:meth:`drop`); cancelled once running: its job is
+        cancelled and it stops at its next unit."""
         assert self.handler is not None
-        job = self._queue(ModelCall(self, None, fn, None, plain=True))
+        job = self._queue(ModelCall(self, None, fn, None, plain=True, priority=priority))
         done = asyncio.wrap_future(job.future)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
-            self.drop(job)
+            if not self.drop(job) and job.job is not None:
+                job.job.cancel("the live call was cancelled")
             done.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
 
     def _queue(self, job: ModelCall) -> ModelCall:
         with self._lock:
             self.waiting += 1
-        self._thread.put(job)
+        pool = self._live if job.plain and self._live is not None else self._requests
+        pool.submit(job)
         return job
 
     def drop(self, job: ModelCall) -> bool:
@@ -363,7 +401,8 @@ class ModelRunner:
         """Wait for the job to finish -- or, with ``until``, for that event, whichever is first.
         Returns whether the job is done. When ``watch`` sees the client go before the model has
         started on the job, the job is dropped and :class:`ClientGone` raised; once it has
-        started, the model finishes it (it cannot be interrupted) and this keeps waiting."""
+        started, its scheduler's job is cancelled (its work stops at its next unit, with
+        :class:`~speaker_asr.scheduling.WorkCancelled`) and this waits for it to stop."""
         done = asyncio.wrap_future(job.future)
         # the outcome is read from job.future: mark this copy's exception as retrieved
         done.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -375,8 +414,13 @@ class ModelRunner:
         if watch is not None and not watch.gone.is_set():
             gone_task = asyncio.ensure_future(watch.gone.wait())
             extra.append(gone_task)
-        elif watch is not None and self.drop(job):
-            raise ClientGone()
+        elif watch is not None:
+            if self.drop(job):
+                raise ClientGone()
+            if job.job is not None and not job.future.done():
+                job.job.cancel("client_gone")
+                with self._lock:
+                    self.cancelled_disconnected += 1
         try:
             while True:
                 finished, _ = await asyncio.wait(waiters + extra, return_when=asyncio.FIRST_COMPLETED)
@@ -385,10 +429,20 @@ class ModelRunner:
                 if gone_task is not None and gone_task in finished:
                     if self.drop(job):
                         raise ClientGone()
-                    extra.remove(gone_task)  # running: wait for it anyway
+                    if job.job is not None and not job.future.done():  # running: stop it
+                        job.job.cancel("client_gone")
+                        with self._lock:
+                            self.cancelled_disconnected += 1
+                    extra.remove(gone_task)  # wait for it to stop (its next unit)
                     gone_task = None
                     continue
                 return done.done()  # ``until`` is set
+        except asyncio.CancelledError:
+            # the request's task was cancelled (the server's stop, past SHUTDOWN_GRACE_S): its
+            # model work stops too instead of running on for nobody
+            if not self.drop(job) and job.job is not None:
+                job.job.cancel("the request was cancelled")
+            raise
         finally:
             for task in extra:
                 task.cancel()

@@ -54,7 +54,7 @@ class HeldEngine(LiveEngine):
     def busy(self):
         return False
 
-    async def run(self, fn):
+    async def run(self, fn, priority=None):
         return await asyncio.to_thread(fn)
 
     on_diarization_thread = run

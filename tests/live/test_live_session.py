@@ -44,7 +44,7 @@ class FakeEngine(LiveEngine):
     def unavailable(self):
         return None
 
-    async def run(self, fn):
+    async def run(self, fn, priority=None):
         self.calls += 1
         return fn()
 
@@ -468,7 +468,7 @@ def test_a_client_that_leaves_stops_the_final_pass_on_the_model_thread():
     started, stopped = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn):
+        async def run(self, fn, priority=None):
             return await asyncio.to_thread(fn)
 
         def transcribe_session(self, audio, config, progress):
@@ -587,7 +587,7 @@ def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
     started, stopped = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn):
+        async def run(self, fn, priority=None):
             return await asyncio.to_thread(fn)
 
         def transcribe_session(self, audio, config, progress):
@@ -633,7 +633,7 @@ def test_a_client_that_leaves_while_the_route_waits_for_room_has_its_queued_item
     decoding, release = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn):
+        async def run(self, fn, priority=None):
             return await asyncio.to_thread(fn)
 
         def decode(self, audio, config, previous=None, cancel=None):
@@ -755,7 +755,7 @@ def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     calls = []
 
     def transcribe(audio, config, **kwargs):
-        assert models.lock.locked()  # one ASR call at a time, whoever calls
+        assert models.scheduler.snapshot()["asr"]["running"] is not None  # on the ASR lane, whoever calls
         calls.append(kwargs)
         return Transcript(text=" hello", chunks=[], language="en", words=[Word(" hello", 0.0, 0.5)])
 
@@ -841,7 +841,7 @@ def test_a_partial_decode_the_utterances_end_made_useless_is_stopped_at_once():
     cancelled = []
 
     class SlowPartials(FakeEngine):
-        async def run(self, fn):
+        async def run(self, fn, priority=None):
             return await asyncio.to_thread(fn)
 
         def busy(self):
@@ -889,7 +889,7 @@ def test_at_the_servers_stop_each_committed_item_not_yet_done_gets_a_failed_even
     decoding, release = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn):
+        async def run(self, fn, priority=None):
             return await asyncio.to_thread(fn)
 
         def decode(self, audio, config, previous=None, cancel=None):

@@ -503,3 +503,29 @@ def test_live_load(env, kit, tmp_path):
     assert phases["no_read"]["extra"]["server_outcome"] in ("client_not_reading", "idle")
     sigterm = phases["sigterm"]["extra"]
     assert sigterm["exit_s"] < 10 and all(s["close_code"] == 1012 for s in sigterm["sessions"]), sigterm
+
+
+@heavy
+def test_scheduler_load(env, kit, tmp_path):
+    """reliability/scheduler_load.py on the stand-in kit's models with real speech: every phase
+    runs (a short file beside a long one, a live session beside it, an abandoned request), each
+    request is answered, the long file's answer beside other work is the one it gets alone, and
+    the table and the JSON say so (the ratios' bounds are loose here: the stand-in models' times
+    are not the real ones')."""
+    from pathlib import Path as _Path
+
+    import pyannote.audio
+
+    sample = _Path(pyannote.audio.__file__).parent / "sample" / "sample.wav"
+    out = run([sys.executable, "reliability/scheduler_load.py", "--models", "real", "--audio", str(sample),
+               "--long-seconds", "24", "--short-seconds", "4", "--live-seconds", "8", "--abandon-after", "1",
+               "--max-short-ratio", "100", "--max-long-ratio", "100", "--work", str(tmp_path / "work"),
+               "--json", str(tmp_path / "scheduler.json")], env)
+    rows = table_rows(out, "| phase | what | seconds | x alone | bound | ok |")
+    assert [r[0] for r in rows] == ["alone", "alone", "alone", "short_after_long", "short_after_long",
+                                    "live_beside_long", "live_beside_long", "abandoned"], out
+    assert all(r[-1] == "yes" for r in rows), out
+    assert re.search(r"^scheduler_load: checks=5 failed=0$", out, re.M), out
+    doc = json.loads((tmp_path / "scheduler.json").read_text())
+    assert doc["passed"] and doc["phases"]["long_alone"]["answer"]["text"] is not None
+    assert doc["phases"]["short_after_long"]["long"]["answer"] == doc["phases"]["long_alone"]["answer"]

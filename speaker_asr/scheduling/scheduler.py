@@ -1,0 +1,293 @@
+"""The one scheduler of the models' work (:class:`Scheduler`), its policy is
+speaker_asr/scheduling/policy.py's.
+
+Work runs on the threads that ask for it (a request's thread, the diarization pool, a live
+session's call); what the scheduler decides is which of them holds each lane. A thread takes a
+lane for a stretch of work with :meth:`Scheduler.unit`; inside it, the model code calls
+:func:`checkpoint` at each unit's boundary (each generated token of a decode, each batch of the
+segmentation and of the embeddings, each sentence's voice). There the holder
+
+* stops with :class:`WorkCancelled` when its job was cancelled (its client is gone, its session
+  closed): the stack unwinds and frees what the work held;
+* gives the lane up when the policy ranks a waiting claim before it, and waits for its turn.
+
+A unit's boundaries change the order of the work, never its result: each thread's computation is
+the one it would make alone.
+
+The job a thread works for is a context variable (:func:`current_job`), so a request's work on
+the diarization pool is the request's (the pool copies the caller's context).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+from speaker_asr.scheduling.policy import (LANES, Claim, Priority, SchedulePolicy, choose,
+                                           should_yield)
+
+
+class WorkCancelled(BaseException):
+    """The job's work stopped at a unit's boundary: its client is gone or its session closed.
+    A BaseException, as asyncio's CancelledError: no ``except Exception`` on the way (a
+    diarization fault kept as a warning, a failed voice embedding) may take it for a fault."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's or one live call's work: its ``priority``, a ``name`` for the logs, when it
+    arrived, the model seconds it was served and waited so far."""
+
+    id: int
+    priority: Priority
+    name: str
+    arrived: float
+    served: float = 0.0
+    waited: float = 0.0
+    last_ran: float = float("-inf")
+    reason: Optional[str] = None  # set: cancelled, and why
+    scheduler: Optional["Scheduler"] = field(default=None, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.reason is not None
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the job's work at its next unit's boundary (waiting units at once)."""
+        if self.scheduler is not None:
+            self.scheduler.cancel(self, reason)
+        elif self.reason is None:
+            self.reason = reason
+
+
+_CURRENT: contextvars.ContextVar[Optional[Job]] = contextvars.ContextVar("scheduled_job", default=None)
+_HELD = threading.local()  # this thread's held units: [(scheduler, lane, claim), ...]
+
+
+def current_job() -> Optional[Job]:
+    """The job this context works for (None: none)."""
+    return _CURRENT.get()
+
+
+def _held() -> list:
+    held = getattr(_HELD, "units", None)
+    if held is None:
+        held = _HELD.units = []
+    return held
+
+
+def checkpoint() -> None:
+    """A unit's boundary, called by the model code (cheap when nothing waits): raises
+    :class:`WorkCancelled` when this context's job was cancelled, and gives each lane this thread
+    holds to a claim that ranks before it."""
+    job = _CURRENT.get()
+    if job is not None and job.reason is not None:
+        raise WorkCancelled(job.reason)
+    for scheduler, lane, _ in list(_held()):
+        scheduler._maybe_yield(lane)
+
+
+def thread_waited() -> float:
+    """Seconds this thread has waited for lanes so far (a decode's own time is its wall time
+    less what it waited)."""
+    return getattr(_HELD, "waited", 0.0)
+
+
+class Scheduler:
+    """The lanes (``asr``, ``diarization``), who holds each, who waits, and the jobs' service.
+    ``clock``: seconds (monotonic)."""
+
+    def __init__(self, policy: Optional[SchedulePolicy] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.policy = policy or SchedulePolicy()
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._holder: dict[str, Optional[tuple[Job, Claim, float]]] = {lane: None for lane in LANES}
+        self._waiting: dict[str, dict[int, tuple[Job, Claim]]] = {lane: {} for lane in LANES}
+        self._live = 0  # claims waiting or holding whose work file units pause for
+        self._ids = itertools.count(1)
+        self._claims = itertools.count(1)
+        #: units given up to a claim that ranked first, and jobs cancelled (for /metrics)
+        self.yields = 0
+        self.cancelled = 0
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def new_job(self, priority: Priority, name: str = "") -> Job:
+        return Job(next(self._ids), Priority(priority), name, self.clock(), scheduler=self)
+
+    @contextlib.contextmanager
+    def working_for(self, job: Job) -> Iterator[Job]:
+        """Within the block, this context's work is ``job``'s."""
+        token = _CURRENT.set(job)
+        try:
+            yield job
+        finally:
+            _CURRENT.reset(token)
+
+    @contextlib.contextmanager
+    def job(self, priority: Priority, name: str = "") -> Iterator[Job]:
+        """A new job, worked for within the block."""
+        with self.working_for(self.new_job(priority, name)) as job:
+            yield job
+
+    @contextlib.contextmanager
+    def file_job(self, name: str = "") -> Iterator[Job]:
+        """The context's job, or a new file job for the block when it has none (a caller outside
+        our server: the Endpoints toolkit's request threads, a script)."""
+        job = _CURRENT.get()
+        if job is not None and job.scheduler is self:
+            yield job
+            return
+        with self.job(Priority.FILE, name) as job:
+            yield job
+
+    def cancel(self, job: Job, reason: str = "cancelled") -> None:
+        with self._cond:
+            if job.reason is None:
+                job.reason = reason
+                self.cancelled += 1
+            self._cond.notify_all()
+
+    # -- lanes ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def unit(self, lane: str) -> Iterator[None]:
+        """Hold ``lane`` for the block (its checkpoints may give it up and take it back). Taken
+        again by the thread that holds it: nothing more. Without a job in the context, a file
+        job of its own."""
+        if lane not in self._holder:
+            raise ValueError(f"no lane {lane!r}; lanes: {', '.join(LANES)}")
+        held = _held()
+        if any(s is self and l == lane for s, l, _ in held):
+            yield
+            return
+        with self.file_job() as job:
+            claim = self._acquire(lane, job)
+            entry = [self, lane, claim]
+            held.append(entry)
+            try:
+                yield
+            finally:
+                held.remove(entry)
+                self._release(lane, job)
+
+    def waiting(self, lane: Optional[str] = None, at_most: Priority = Priority.FILE) -> int:
+        """Claims waiting (on ``lane``, or any) of priority ``at_most`` or before it."""
+        with self._cond:
+            lanes = [lane] if lane is not None else list(LANES)
+            return sum(1 for l in lanes for _, c in self._waiting[l].values() if c.priority <= at_most)
+
+    def busy(self, at_most: Priority, lane: Optional[str] = None) -> bool:
+        """Whether work of priority ``at_most`` or before it waits or runs (on ``lane``, or any)."""
+        with self._cond:
+            for lane in [lane] if lane is not None else LANES:
+                holder = self._holder[lane]
+                if holder is not None and holder[1].priority <= at_most:
+                    return True
+                if any(c.priority <= at_most for _, c in self._waiting[lane].values()):
+                    return True
+            return False
+
+    def snapshot(self) -> dict:
+        """Each lane's holder (its job's name and priority) and waiting claims, for /health."""
+        with self._cond:
+            return {lane: {"running": None if h is None else {"job": h[0].name, "priority": h[0].priority.name.lower()},
+                           "waiting": len(self._waiting[lane])}
+                    for lane, h in self._holder.items()}
+
+    # -- inside (under self._cond) --------------------------------------------------------------
+
+    def _claim(self, job: Job) -> Claim:
+        return Claim(job.id, job.priority, job.arrived, self.clock(), job.served, job.last_ran)
+
+    def _acquire(self, lane: str, job: Job) -> Claim:
+        started = time.perf_counter()
+        with self._cond:
+            claim = self._claim(job)
+            key = next(self._claims)
+            self._waiting[lane][key] = (job, claim)
+            if job.priority.live_first:
+                self._live += 1
+            try:
+                self._grant()
+                while self._holder[lane] is None or self._holder[lane][1] is not claim:
+                    if job.reason is not None:
+                        raise WorkCancelled(job.reason)
+                    self._cond.wait()
+                    self._grant()
+            except BaseException:
+                if self._waiting[lane].pop(key, None) is not None and job.priority.live_first:
+                    self._live -= 1
+                if self._holder[lane] is not None and self._holder[lane][1] is claim:
+                    self._holder[lane] = None
+                    if job.priority.live_first:
+                        self._live -= 1
+                    self._grant()
+                self._cond.notify_all()
+                raise
+        waited = time.perf_counter() - started
+        job.waited += waited
+        _HELD.waited = thread_waited() + waited
+        return claim
+
+    def _grant(self) -> None:
+        """Give each free lane to the claim the policy picks."""
+        now = self.clock()
+        granted = False
+        for lane in LANES:
+            if self._holder[lane] is not None or not self._waiting[lane]:
+                continue
+            claims = {id(c): (key, job, c) for key, (job, c) in self._waiting[lane].items()}
+            best = choose([c for _, _, c in claims.values()], now, self.policy, self._live > 0)
+            if best is None:
+                continue
+            key, job, claim = claims[id(best)]
+            del self._waiting[lane][key]
+            self._holder[lane] = (job, claim, now)
+            granted = True
+        if granted:
+            self._cond.notify_all()
+
+    def _release(self, lane: str, job: Job) -> None:
+        with self._cond:
+            holder = self._holder[lane]
+            if holder is None or holder[0] is not job:
+                return
+            now = self.clock()
+            job.served += now - holder[2]
+            job.last_ran = now
+            self._holder[lane] = None
+            if job.priority.live_first:
+                self._live -= 1
+            self._grant()
+            self._cond.notify_all()
+
+    def _maybe_yield(self, lane: str) -> None:
+        """At a checkpoint of the thread holding ``lane``: give it up and wait for it again when
+        a waiting claim ranks first."""
+        if not self._waiting[lane] and not (self._live and self.policy.live_first):
+            return  # the common case, read without the lock: nothing waits
+        with self._cond:
+            holder = self._holder[lane]
+            if holder is None:
+                return
+            job, claim, since = holder
+            now = self.clock()
+            current = Claim(claim.job_id, claim.priority, claim.arrived, claim.since,
+                            job.served + now - since, job.last_ran)
+            others = [c for _, c in self._waiting[lane].values()]
+            if not should_yield(current, others, now, self.policy, self._live > 0):
+                return
+            self.yields += 1
+        entry = next(e for e in _held() if e[0] is self and e[1] == lane)
+        self._release(lane, job)
+        entry[2] = self._acquire(lane, job)
+
+
+__all__ = ["Job", "Scheduler", "WorkCancelled", "checkpoint", "current_job", "thread_waited"]
