@@ -180,6 +180,10 @@ DEFAULT_SHUTDOWN_GRACE_S = 5.0
 # stops reading (websockets' clients give up after 20 s). 4 MiB is 45 s of 24 kHz PCM in base64
 # per session, past which the client's socket holds the rest (TCP backpressure)
 DEFAULT_LIVE_READ_AHEAD_BYTES = 4 * 1024 * 1024
+# a new live session is refused when the open ones' final decodes, measured, would hold the ASR
+# lane more than this share of the time with one more like them: past it, queueing delays grow
+# without bound as the utilisation nears 1
+DEFAULT_LIVE_MAX_LOAD = 0.8
 MIN_API_KEY_CHARS = 16
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 _API_KEY_CHARS = re.compile(r"[\x21-\x7e]+")  # printable ASCII without spaces: a header value
@@ -227,6 +231,11 @@ class ServerSettings(BaseSettings):
                                        description="bytes of messages a live session reads ahead while the "
                                                    "model is behind (its items' queue full) before the server "
                                                    "stops reading the client")
+    live_max_load: float = Field(DEFAULT_LIVE_MAX_LOAD, gt=0, le=1,
+                                 description="a new live session is refused (code server_at_capacity) when the "
+                                             "open sessions' final decodes, measured over the last minute, "
+                                             "would keep the speech model busy more than this share of the "
+                                             "time with one more like them")
     shutdown_grace_s: float = Field(DEFAULT_SHUTDOWN_GRACE_S, ge=0, le=3600,
                                     description="seconds the requests in progress get to finish at SIGTERM "
                                                 "(live sessions are closed at once, code server_shutting_down)")

@@ -223,3 +223,32 @@ def test_a_thread_that_holds_a_lane_takes_it_again_without_waiting():
     with pytest.raises(ValueError, match="lanes: asr, diarization"):
         with scheduler.unit("gpu"):
             pass
+
+
+def test_the_live_load_is_the_share_of_the_last_minute_live_work_held_a_lane():
+    now = [0.0]
+    scheduler = Scheduler(clock=lambda: now[0])
+    for start in (10.0, 20.0, 30.0):  # three final decodes of 1.5 s, and a file unit of 20 s
+        now[0] = start
+        with scheduler.job(Priority.LIVE_FINAL), scheduler.unit("asr"):
+            now[0] = start + 1.5
+    with scheduler.job(Priority.FILE), scheduler.unit("asr"):
+        now[0] = 60.0
+    assert scheduler.load("asr") == pytest.approx(4.5 / 60)
+    assert scheduler.load("diarization") == 0.0
+    now[0] = 75.0  # the first has left the window
+    assert scheduler.load("asr") == pytest.approx(3.0 / 60)
+    now[0] = 90.8  # the second too, and the third is partly outside it
+    assert scheduler.load("asr") == pytest.approx(0.7 / 60)
+
+
+def test_a_new_live_session_is_refused_only_when_the_measured_load_says_it_cannot_be_served():
+    from speaker_asr.serving.live_limits import capacity_refusal
+
+    assert capacity_refusal(0.3, 1, 0.8, 60) is None  # 2 x 0.3 = 0.6 fits
+    assert capacity_refusal(0.9, 0, 0.8, 60) is None  # the first session is never refused
+    why = capacity_refusal(0.5, 2, 0.8, 60)  # 3 x 0.25 = 0.75 fits
+    assert why is None
+    why = capacity_refusal(0.6, 2, 0.8, 60)  # 3 x 0.3 = 0.9 does not
+    assert "2 live sessions keep its speech model busy 60% of the time" in why
+    assert "about 90%, past LIVE_MAX_LOAD (80%)" in why and "another server" in why

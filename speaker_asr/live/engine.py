@@ -157,6 +157,11 @@ class RunnerEngine(LiveEngine):
         go before it."""
         return self.models.scheduler.busy(Priority.LIVE_PARTIAL, lane="asr")
 
+    def live_load(self) -> float:
+        """The share of the last minute that the live sessions' final decodes (and their
+        language detection) held the ASR lane: what they need of it, measured."""
+        return self.models.scheduler.load("asr", Priority.LIVE_SPEAKERS)
+
     # -- where a call runs ----------------------------------------------------------------------
 
     async def run(self, fn: Callable[[], Any], priority: Priority = Priority.FILE) -> Any:

@@ -20,6 +20,7 @@ the diarization pool is the request's (the pool copies the caller's context).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import itertools
@@ -30,6 +31,10 @@ from typing import Callable, Iterator, Optional
 
 from speaker_asr.scheduling.policy import (LANES, Claim, Priority, SchedulePolicy, choose,
                                            should_yield)
+
+
+# how far back the live sessions' measured load looks (Scheduler.load)
+LOAD_WINDOW_S = 60.0
 
 
 class WorkCancelled(BaseException):
@@ -115,6 +120,9 @@ class Scheduler:
         #: units given up to a claim that ranked first, and jobs cancelled (for /metrics)
         self.yields = 0
         self.cancelled = 0
+        self._started = clock()
+        # the live units of the last LOAD_WINDOW_S: (end, seconds, lane, priority)
+        self._recent: collections.deque = collections.deque()
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -194,6 +202,18 @@ class Scheduler:
                     return True
             return False
 
+    def load(self, lane: str, at_most: Priority = Priority.LIVE_SPEAKERS,
+             window_s: float = LOAD_WINDOW_S) -> float:
+        """The share of the last ``window_s`` (at most :data:`LOAD_WINDOW_S`; since the start when
+        shorter) that live work of priority ``at_most`` or before it held ``lane``: what the live
+        sessions need of the model, measured (a live session's final decodes: ``asr``)."""
+        with self._cond:
+            now = self.clock()
+            window = min(window_s, LOAD_WINDOW_S, max(1e-9, now - self._started))
+            busy = sum(min(seconds, end - (now - window)) for end, seconds, l, p in self._recent
+                       if l == lane and p <= at_most and end > now - window)
+            return busy / window
+
     def snapshot(self) -> dict:
         """Each lane's holder (its job's name and priority) and waiting claims, for /health."""
         with self._cond:
@@ -262,6 +282,10 @@ class Scheduler:
             now = self.clock()
             job.served += now - holder[2]
             job.last_ran = now
+            if job.priority != Priority.FILE:
+                self._recent.append((now, now - holder[2], lane, job.priority))
+                while self._recent and self._recent[0][0] < now - LOAD_WINDOW_S:
+                    self._recent.popleft()
             self._holder[lane] = None
             if job.priority.live_first:
                 self._live -= 1
@@ -290,4 +314,4 @@ class Scheduler:
         entry[2] = self._acquire(lane, job)
 
 
-__all__ = ["Job", "Scheduler", "WorkCancelled", "checkpoint", "current_job", "thread_waited"]
+__all__ = ["Job", "LOAD_WINDOW_S", "Scheduler", "WorkCancelled", "checkpoint", "current_job", "thread_waited"]

@@ -320,7 +320,7 @@ def create_app(handler_factory: Optional[Callable[[], Callable[[dict], Any]]] = 
     realtime = RealtimeRoute(runner, key, settings.max_sessions, settings.live_max_session_s,
                              settings.live_max_frame_bytes, metrics=metrics,
                              limits=LiveLimits(settings.live_idle_timeout_s, settings.live_send_timeout_s,
-                                               settings.live_read_ahead_bytes))
+                                               settings.live_read_ahead_bytes, settings.live_max_load))
     v1 = Starlette(
         routes=openai_api.OpenAIRoutes(path, keepalive_s).routes() + realtime.routes(),
         middleware=[Middleware(ApiKeyMiddleware, api_key=key, error_body=openai_api.error_body)],

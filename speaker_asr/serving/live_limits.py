@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable, Optional, Union
 
 from speaker_asr.live.protocol import SERVER_ERROR, FailureDetail, ProtocolError, TranscriptionFailed
-from speaker_asr.settings import DEFAULT_LIVE_READ_AHEAD_BYTES
+from speaker_asr.settings import DEFAULT_LIVE_MAX_LOAD, DEFAULT_LIVE_READ_AHEAD_BYTES
 
 # the error event and the close of a session that ends on a bound: a client that reads nothing
 # takes neither, so they may not hold the route (nor the server's stop) longer than this
@@ -53,12 +53,29 @@ class ClientNotReading(Exception):
 
 @dataclass(frozen=True)
 class LiveLimits:
-    """``LIVE_IDLE_TIMEOUT_S``, ``LIVE_SEND_TIMEOUT_S`` and ``LIVE_READ_AHEAD_BYTES``
-    (speaker_asr/settings.py)."""
+    """``LIVE_IDLE_TIMEOUT_S``, ``LIVE_SEND_TIMEOUT_S``, ``LIVE_READ_AHEAD_BYTES`` and
+    ``LIVE_MAX_LOAD`` (speaker_asr/settings.py)."""
 
     idle_timeout_s: float
     send_timeout_s: float
     read_ahead_bytes: int = DEFAULT_LIVE_READ_AHEAD_BYTES
+    max_load: float = DEFAULT_LIVE_MAX_LOAD
+
+
+def capacity_refusal(load: float, sessions: int, max_load: float, window_s: float) -> Optional[str]:
+    """Why one more live session would be more than the model can serve in time (None: it
+    fits): the ``sessions`` open keep the model busy ``load`` of the time with their final
+    decodes (measured over the last ``window_s``), and one more like them would take that past
+    ``max_load`` (``LIVE_MAX_LOAD``)."""
+    if sessions <= 0 or load <= 0:
+        return None
+    need = load / sessions * (sessions + 1)
+    if need <= max_load:
+        return None
+    return (f"This server's {sessions} live session{'s' if sessions != 1 else ''} keep its speech model busy "
+            f"{load:.0%} of the time with their final decodes (measured over the last {window_s:.0f} s); one "
+            f"more would need about {need:.0%}, past LIVE_MAX_LOAD ({max_load:.0%}), and every session's "
+            "captions would fall behind. Try again when a session has ended, or use another server.")
 
 
 class ReadAhead:

@@ -69,7 +69,7 @@ class Metrics:
         self.live_refused = Counter(
             "asr_live_sessions_refused",
             "Live connections refused before a session, by the error event's code (missing_api_key, "
-            "invalid_api_key, invalid_intent, model_not_ready, session_limit_reached).",
+            "invalid_api_key, invalid_intent, model_not_ready, session_limit_reached, server_at_capacity).",
             ["code"], registry=self.registry)
         self.live_items = Counter("asr_live_items",
                                   "Live items transcribed, by status (completed, failed).",

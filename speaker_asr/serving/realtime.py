@@ -11,6 +11,8 @@ as OpenAI does), so that a refusal can say why in OpenAI's ``error`` event befor
   (this server makes no model responses, only transcripts);
 * the model not loaded yet (or failed): ``error`` (code ``model_not_ready``), close 1013;
 * ``MAX_SESSIONS`` sessions open already: ``error`` (code ``session_limit_reached``), close 1013;
+* the open sessions' final decodes, measured, would keep the model busy past ``LIVE_MAX_LOAD``
+  with one more: ``error`` (code ``server_at_capacity``), close 1013;
   the open sessions go on.
 
 Then ``session.created``, and every message goes to the session; a session that reaches
@@ -45,8 +47,10 @@ from speaker_asr.audio.decode import SAMPLE_RATE
 from speaker_asr.live.engine import RunnerEngine
 from speaker_asr.live.session import LiveSession
 from speaker_asr.serving.api_key import ApiKey, bearer
+from speaker_asr.scheduling.scheduler import LOAD_WINDOW_S
 from speaker_asr.serving.live_limits import (CLOSE_WAIT_S, POLICY_VIOLATION, TRY_AGAIN_LATER, LiveLimits,
-                                             ReadAhead, SessionEnd, SessionGuard, end_connection)
+                                             ReadAhead, SessionEnd, SessionGuard, capacity_refusal,
+                                             end_connection)
 from speaker_asr.settings import DEFAULT_LIVE_IDLE_TIMEOUT_S, DEFAULT_LIVE_SEND_TIMEOUT_S
 
 logger = logging.getLogger("server")
@@ -157,6 +161,10 @@ class RealtimeRoute:
                     f"This server is at its limit of {self.max_sessions} live session"
                     f"{'s' if self.max_sessions != 1 else ''} at once (MAX_SESSIONS); try again when one "
                     "has ended.", TRY_AGAIN_LATER, "server_error")
+        busy = self.open and capacity_refusal(self.engine.live_load(), self.open, self.limits.max_load,
+                                              LOAD_WINDOW_S)
+        if busy:
+            return "server_at_capacity", busy, TRY_AGAIN_LATER, "server_error"
         return None
 
     async def _serve(self, websocket: WebSocket, session: LiveSession, guard: SessionGuard) -> str | SessionEnd:
