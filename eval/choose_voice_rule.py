@@ -233,16 +233,32 @@ def _rule_dict(rules: list[VoiceRule], name: str) -> Optional[dict]:
     return asdict(rules[int(name[4:])])
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", default="meetings,meetings-hard,tuning",
-                    help="eval/evaluate.py parts, comma-separated (each run before, for its cache)")
+def write_results(out: Path, name: str, text: str, result: dict, rows: list[dict]) -> None:
+    """The report printed and kept as ``out/name.md``, the scored rows as ``out/name.json``."""
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(text)
+    (out / f"{name}.json").write_text(json.dumps({"result": result, "rows": [
+        {k: r[k] for k in ("model", "mode", "part", "file", "algorithm", "spk_errors", "spk_scored")}
+        for r in rows]}, indent=1))
+
+
+def add_part_options(ap: argparse.ArgumentParser) -> None:
+    """The options that say where eval/evaluate.py's parts come from (shared with
+    eval/choose_word_rules.py)."""
     ap.add_argument("--models", default=None, help="as eval/evaluate.py (default tiny.en,base)")
     ap.add_argument("--count", type=int, default=24, help="generated dialogues per generated part")
     ap.add_argument("--cache-dir", default=None, help="as eval/evaluate.py")
     ap.add_argument("--models-dir", default=None, help="as eval/evaluate.py")
     ap.add_argument("--meetings-dir", default=None, help="as eval/evaluate.py")
     ap.add_argument("--threads", type=int, default=1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", default="meetings,meetings-hard,tuning",
+                    help="eval/evaluate.py parts, comma-separated (each run before, for its cache)")
+    add_part_options(ap)
     ap.add_argument("--quick", action="store_true", help="three rules only (a smoke run)")
     ap.add_argument("--out", default=str(HERE / "results" / "voice-rule"))
     args = ap.parse_args(argv)
@@ -257,13 +273,7 @@ def main(argv=None) -> int:
     lines += [""] + spread_table(found_by_part)
     text = "\n".join([f"# The sentences' voices' rule, chosen leaving one clip out ({len(rules)} rules, "
                       f"parts {args.parts})", ""] + lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "voice-rule.md").write_text(text)
-    (out / "voice-rule.json").write_text(json.dumps({"result": result, "rows": [
-        {k: r[k] for k in ("model", "mode", "part", "file", "algorithm", "spk_errors", "spk_scored")}
-        for r in rows]}, indent=1))
+    write_results(Path(args.out), "voice-rule", text, result, rows)
     return 0
 
 

@@ -33,18 +33,17 @@ import argparse
 import contextlib
 import io
 import itertools
-import json
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import algorithms  # noqa: E402
-from choose_voice_rule import clip_of, errors, score_part  # noqa: E402
+from choose_voice_rule import add_part_options, clip_of, errors, score_part, write_results  # noqa: E402
 
 from speaker_asr.attribution.speakers import RULES, WEIGHTS  # noqa: E402
 
@@ -400,15 +399,10 @@ def main(argv=None) -> int:
                     help="eval/evaluate.py parts to choose on, comma-separated (each run before, for its cache)")
     ap.add_argument("--heldout", default="heldout",
                     help="the part scored only at the end, with today's rules and the chosen set ('' for none)")
-    ap.add_argument("--models", default=None, help="as eval/evaluate.py (default tiny.en,base)")
+    add_part_options(ap)
     ap.add_argument("--modes", default=MODES, help=f"eval/evaluate.py modes (default {MODES})")
     ap.add_argument("--harm-modes", default=",".join(HARM_MODES),
                     help="the modes on which no rule may add an error (default oracle: the reference turns)")
-    ap.add_argument("--count", type=int, default=24, help="generated dialogues per generated part")
-    ap.add_argument("--cache-dir", default=None, help="as eval/evaluate.py")
-    ap.add_argument("--models-dir", default=None, help="as eval/evaluate.py")
-    ap.add_argument("--meetings-dir", default=None, help="as eval/evaluate.py")
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="each rule on or off at today's weight (a smoke run)")
     ap.add_argument("--out", default=str(HERE / "results" / "word-rules"))
     args = ap.parse_args(argv)
@@ -431,13 +425,7 @@ def main(argv=None) -> int:
                       "derived (as for pyannote 3.x); reference (4): the annotation's with the pipeline's own "
                       "exclusive turns where two people talk at once; pipeline: the kit's diarization.", ""]
                      + lines) + "\n"
-    print(text)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "word-rules.md").write_text(text)
-    (out / "word-rules.json").write_text(json.dumps({"result": result, "rows": [
-        {k: r[k] for k in ("model", "mode", "part", "file", "algorithm", "spk_errors", "spk_scored")}
-        for r in rows + held_rows]}, indent=1))
+    write_results(Path(args.out), "word-rules", text, result, rows + held_rows)
     return 0
 
 

@@ -320,6 +320,8 @@ async def stream(url: str, messages: list[str], name: str, speed: float = 1.0, f
 
 
 def post_file(url: str, wav: bytes, timeout: float = 300.0) -> dict[str, Any]:
+    """``POST /`` with the WAV: its status, latency, the answer (text and speaker turns) or the
+    error's first 300 characters (a client timeout: the exception's name)."""
     import requests
 
     http = requests.Session()
@@ -327,10 +329,16 @@ def post_file(url: str, wav: bytes, timeout: float = 300.0) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         r = http.post(url + "/", data=wav, headers={"Content-Type": "audio/wav"}, timeout=timeout)
-        status, body = r.status_code, r.text[:300]
+        status, body = r.status_code, r.text
     except Exception as exc:
-        status, body = None, f"{type(exc).__name__}: {exc}"[:300]
-    return {"status": status, "latency": time.perf_counter() - started, "body": body if status != 200 else ""}
+        status, body = None, f"{type(exc).__name__}: {exc}"
+    answer = None
+    if status == 200:
+        doc = json.loads(body)
+        answer = {"text": doc.get("text"),
+                  "speakers": [(t.get("speaker"), t.get("text")) for t in doc.get("speakers") or []]}
+    return {"status": status, "latency": time.perf_counter() - started, "answer": answer,
+            "body": body[:300] if status != 200 else ""}
 
 
 async def file_requests(url: str, wav: bytes, until: asyncio.Event, gap_s: float = 0.5) -> list[dict]:

@@ -41,29 +41,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from _common import finish, percentile
-from live_load import (default_audio, frames, log_entries, speech, start_server, stream,
+from live_load import (default_audio, frames, log_entries, post_file, speech, start_server, stream,
                        wav_bytes)
 
 PHASES = ("alone", "short_after_long", "live_beside_long", "abandoned")
-
-
-def post(url: str, wav: bytes, timeout: float = 900.0) -> dict[str, Any]:
-    """``POST /`` with the WAV: status, seconds, the answer (text and speakers' turns) or why not."""
-    import requests
-
-    http = requests.Session()
-    http.trust_env = False  # loopback: never through a proxy
-    started = time.perf_counter()
-    try:
-        r = http.post(url + "/", data=wav, headers={"Content-Type": "audio/wav"}, timeout=timeout)
-        status = r.status_code
-        body = r.json() if status == 200 else {"error": r.text[:300]}
-    except Exception as exc:  # a timeout is the abandoning client's own doing
-        status, body = None, {"error": f"{type(exc).__name__}"}
-    answer = {"text": body.get("text"), "speakers": [(t.get("speaker"), t.get("text")) for t in body.get("speakers") or []]} \
-        if status == 200 else None
-    return {"status": status, "seconds": time.perf_counter() - started, "answer": answer,
-            "error": body.get("error") if status != 200 else None}
 
 
 def in_thread(fn, *args, **kwargs) -> tuple[threading.Thread, dict]:
@@ -91,30 +72,30 @@ def run_phases(url: str, server, long_wav: bytes, short_wav: bytes, live_frames:
         return asyncio.run(stream(url, live_frames, "live", drain_s=300))
 
     # alone: the baselines
-    res["long_alone"] = post(url, long_wav)
-    shorts = [post(url, short_wav), post(url, short_wav)]
-    res["short_alone"] = min(shorts, key=lambda r: r["seconds"])
+    res["long_alone"] = post_file(url, long_wav, timeout=900.0)
+    shorts = [post_file(url, short_wav), post_file(url, short_wav)]
+    res["short_alone"] = min(shorts, key=lambda r: r["latency"])
     if "live_beside_long" in phases or "alone" in phases:
         session = live()
         res["live_alone"] = {"p95": live_p95(session), "measures": session.measures()}
 
     if "short_after_long" in phases:
-        long_thread, long_out = in_thread(post, url, long_wav)
+        long_thread, long_out = in_thread(post_file, url, long_wav, timeout=900.0)
         time.sleep(args.short_after)
-        res["short_after_long"] = {"short": post(url, short_wav)}
+        res["short_after_long"] = {"short": post_file(url, short_wav)}
         long_thread.join()
         res["short_after_long"]["long"] = long_out
 
     if "live_beside_long" in phases:
-        long_thread, long_out = in_thread(post, url, long_wav)
+        long_thread, long_out = in_thread(post_file, url, long_wav, timeout=900.0)
         time.sleep(2.0)
         session = live()
         long_thread.join()
         res["live_beside_long"] = {"p95": live_p95(session), "measures": session.measures(), "long": long_out}
 
     if "abandoned" in phases:
-        gone = post(url, long_wav, timeout=args.abandon_after)
-        short = post(url, short_wav)
+        gone = post_file(url, long_wav, timeout=args.abandon_after)
+        short = post_file(url, short_wav)
         time.sleep(1.0)
         cancelled = [e for e in log_entries(server) if "cancel" in json.dumps(e).lower()]
         res["abandoned"] = {"long": gone, "short": short, "server_lines": cancelled[-3:]}
@@ -131,9 +112,9 @@ def verdicts(res: dict[str, Any], args) -> list[tuple[str, str, Optional[float],
     long0, short0 = res["long_alone"], res["short_alone"]
     if "short_after_long" in res:
         s, l = res["short_after_long"]["short"], res["short_after_long"]["long"]
-        rows.append(("short_after_long", "short file", s["seconds"], ratio(s["seconds"], short0["seconds"]),
+        rows.append(("short_after_long", "short file", s["latency"], ratio(s["latency"], short0["latency"]),
                      args.max_short_ratio, s["status"] == 200))
-        rows.append(("short_after_long", "long file", l.get("seconds"), ratio(l.get("seconds"), long0["seconds"]),
+        rows.append(("short_after_long", "long file", l.get("latency"), ratio(l.get("latency"), long0["latency"]),
                      args.max_long_ratio, l.get("status") == 200 and l.get("answer") == long0["answer"]))
     if "live_beside_long" in res:
         alone = res["live_alone"]["p95"]
@@ -143,12 +124,12 @@ def verdicts(res: dict[str, Any], args) -> list[tuple[str, str, Optional[float],
         l = res["live_beside_long"]["long"]
         rows.append(("live_beside_long", "live p95 speech end -> completed", p95, ratio(p95, alone), bound,
                      m["lost"] == 0 and m["completed"] > 0))
-        rows.append(("live_beside_long", "long file", l.get("seconds"), ratio(l.get("seconds"), long0["seconds"]),
+        rows.append(("live_beside_long", "long file", l.get("latency"), ratio(l.get("latency"), long0["latency"]),
                      float("inf"), l.get("status") == 200 and l.get("answer") == long0["answer"]))
     if "abandoned" in res:
         s = res["abandoned"]["short"]
-        rows.append(("abandoned", "short file after the abandoned long one", s["seconds"],
-                     ratio(s["seconds"], short0["seconds"]), args.max_short_ratio, s["status"] == 200))
+        rows.append(("abandoned", "short file after the abandoned long one", s["latency"],
+                     ratio(s["latency"], short0["latency"]), args.max_short_ratio, s["status"] == 200))
     return [(p, w, sec, r, bound, ok and r is not None and r <= bound) for p, w, sec, r, bound, ok in rows]
 
 
