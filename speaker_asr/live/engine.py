@@ -157,10 +157,10 @@ class RunnerEngine(LiveEngine):
         go before it."""
         return self.models.scheduler.busy(Priority.LIVE_PARTIAL, lane="asr")
 
-    def live_load(self) -> float:
-        """The share of the last minute that the live sessions' final decodes (and their
-        language detection) held the ASR lane: what they need of it, measured."""
-        return self.models.scheduler.load("asr", Priority.LIVE_SPEAKERS)
+    def live_load(self, window_s: float = 60.0) -> float:
+        """The share of the last ``window_s`` (at most a minute) that the live sessions' final
+        decodes (and their language detection) held the ASR lane: what they need of it, measured."""
+        return self.models.scheduler.load("asr", Priority.LIVE_SPEAKERS, window_s)
 
     # -- where a call runs ----------------------------------------------------------------------
 

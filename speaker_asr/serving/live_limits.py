@@ -73,7 +73,7 @@ def capacity_refusal(load: float, sessions: int, max_load: float, window_s: floa
     if need <= max_load:
         return None
     return (f"This server's {sessions} live session{'s' if sessions != 1 else ''} keep its speech model busy "
-            f"{load:.0%} of the time with their final decodes (measured over the last {window_s:.0f} s); one "
+            f"{load:.0%} of the time with their final decodes (measured over their last {window_s:.0f} s); one "
             f"more would need about {need:.0%}, past LIVE_MAX_LOAD ({max_load:.0%}), and every session's "
             "captions would fall behind. Try again when a session has ended, or use another server.")
 

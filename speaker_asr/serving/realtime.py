@@ -61,6 +61,11 @@ SUBPROTOCOL = "realtime"
 KEY_SUBPROTOCOL = "openai-insecure-api-key."
 
 
+# a live session's load is measured over at least this much of its time before a new session is
+# refused by it: a few items' final decodes
+MIN_LOAD_WINDOW_S = 10.0
+
+
 class RealtimeRoute:
     """The route and the count of open sessions."""
 
@@ -77,6 +82,7 @@ class RealtimeRoute:
         self.max_session_s = max_session_s
         self.max_frame_chars = -(-max_frame_bytes // 3) * 4
         self.open = 0
+        self._open_since: list[float] = []  # when each open session started (monotonic)
         if vad_factory is None:
             from speaker_asr.live.vad import SileroVad
 
@@ -110,6 +116,8 @@ class RealtimeRoute:
             self._log(None, "refused", started, code=code)
             return
         self.open += 1
+        opened = time.monotonic()
+        self._open_since.append(opened)
         if self.metrics is not None:
             self.metrics.live_session_started()
         guard = SessionGuard(websocket, self.limits, self.stopping)
@@ -127,6 +135,7 @@ class RealtimeRoute:
                                                        "while processing your session.", 1011))
         finally:
             self.open -= 1
+            self._open_since.remove(opened)
             await session.close()
             if self.metrics is not None:
                 self.metrics.live_session_ended(outcome)
@@ -161,11 +170,23 @@ class RealtimeRoute:
                     f"This server is at its limit of {self.max_sessions} live session"
                     f"{'s' if self.max_sessions != 1 else ''} at once (MAX_SESSIONS); try again when one "
                     "has ended.", TRY_AGAIN_LATER, "server_error")
-        busy = self.open and capacity_refusal(self.engine.live_load(), self.open, self.limits.max_load,
-                                              LOAD_WINDOW_S)
+        busy = self._over_capacity()
         if busy:
             return "server_at_capacity", busy, TRY_AGAIN_LATER, "server_error"
         return None
+
+    def _over_capacity(self) -> Optional[str]:
+        """Why one more session would be more than the open ones leave room for (None: it
+        fits, or there is not yet enough to go on): their final decodes' measured share of the
+        ASR lane since the oldest of them started (at most the last minute; units of sessions
+        already closed before that left out), once that is ``MIN_LOAD_WINDOW_S`` or more."""
+        if not self.open or not self._open_since:
+            return None
+        measured = time.monotonic() - min(self._open_since)
+        if measured < MIN_LOAD_WINDOW_S:
+            return None
+        window = min(measured, LOAD_WINDOW_S)
+        return capacity_refusal(self.engine.live_load(window), self.open, self.limits.max_load, window)
 
     async def _serve(self, websocket: WebSocket, session: LiveSession, guard: SessionGuard) -> str | SessionEnd:
         """The session's messages until it ends; how it ended (metrics.LIVE_OUTCOMES), or the

@@ -581,18 +581,26 @@ def test_the_route_expires_a_session_and_counts_it():
 
 def test_a_session_the_measured_load_cannot_serve_is_refused_at_its_start_and_counted():
     class BusyEngine(FakeEngine):
-        def live_load(self):
+        def live_load(self, window_s=60.0):
             return 0.5  # the open session's final decodes hold the model half of the time
+
+    import time
 
     route, registry = route_with(BusyEngine())
     route.max_sessions, route.open = 4, 1
+    route._open_since = [time.monotonic() - 5]  # too young to have been measured: taken
+    socket = FakeSocket()
+    socket.put(json.dumps({"type": "speaker_asr.session.finish"}))
+    asyncio.run(route.endpoint(socket))
+    assert socket.sent[0]["type"] == "session.created"
+    route._open_since = [time.monotonic() - 30]
     socket = FakeSocket()
     asyncio.run(route.endpoint(socket))
     error = socket.sent[0]["error"]
     assert error["code"] == "server_at_capacity" and "about 100%, past LIVE_MAX_LOAD (80%)" in error["message"]
     assert socket.close_code == 1013 and route.open == 1
     assert registry.get_sample_value("asr_live_sessions_refused_total", {"code": "server_at_capacity"}) == 1
-    route.open = 0  # the first session is never refused by its load
+    route.open, route._open_since = 0, []  # the first session is never refused by its load
     socket = FakeSocket()
     socket.put(json.dumps({"type": "speaker_asr.session.finish"}))
     asyncio.run(route.endpoint(socket))
