@@ -233,7 +233,8 @@ class ServerSettings(BaseSettings):
                                                    "stops reading the client")
     live_max_load: float = Field(DEFAULT_LIVE_MAX_LOAD, gt=0, le=1,
                                  description="a new live session is refused (code server_at_capacity) when the "
-                                             "open sessions' final decodes, measured over the last minute, "
+                                             "open sessions' final decodes, measured while they ran (up to the "
+                                             "last minute), "
                                              "would keep the speech model busy more than this share of the "
                                              "time with one more like them")
     shutdown_grace_s: float = Field(DEFAULT_SHUTDOWN_GRACE_S, ge=0, le=3600,
