@@ -2,8 +2,6 @@
 the model code's threads take and give up at each unit's boundary (scheduler.py)."""
 
 from speaker_asr.scheduling.policy import Priority, SchedulePolicy
-from speaker_asr.scheduling.scheduler import (Job, Scheduler, WorkCancelled, checkpoint, current_job,
-                                              thread_waited)
+from speaker_asr.scheduling.scheduler import Job, Scheduler, WorkCancelled, checkpoint, thread_waited
 
-__all__ = ["Job", "Priority", "SchedulePolicy", "Scheduler", "WorkCancelled", "checkpoint", "current_job",
-           "thread_waited"]
+__all__ = ["Job", "Priority", "SchedulePolicy", "Scheduler", "WorkCancelled", "checkpoint", "thread_waited"]

@@ -14,7 +14,7 @@ segmentation and of the embeddings, each sentence's voice). There the holder
 A unit's boundaries change the order of the work, never its result: each thread's computation is
 the one it would make alone.
 
-The job a thread works for is a context variable (:func:`current_job`), so a request's work on
+The job a thread works for is a context variable, so a request's work on
 the diarization pool is the request's (the pool copies the caller's context).
 """
 
@@ -46,14 +46,13 @@ class WorkCancelled(BaseException):
 @dataclass(eq=False)
 class Job:
     """One request's or one live call's work: its ``priority``, a ``name`` for the logs, when it
-    arrived, the model seconds it was served and waited so far."""
+    arrived, the model seconds it was served so far."""
 
     id: int
     priority: Priority
     name: str
     arrived: float
     served: float = 0.0
-    waited: float = 0.0
     last_ran: float = float("-inf")
     reason: Optional[str] = None  # set: cancelled, and why
     scheduler: Optional["Scheduler"] = field(default=None, repr=False)
@@ -71,13 +70,7 @@ class Job:
 
 
 _CURRENT: contextvars.ContextVar[Optional[Job]] = contextvars.ContextVar("scheduled_job", default=None)
-_HELD = threading.local()  # this thread's held units: [(scheduler, lane, claim), ...]
-
-
-def current_job() -> Optional[Job]:
-    """The job this context works for (None: none)."""
-    return _CURRENT.get()
-
+_HELD = threading.local()  # this thread's held lanes: [(scheduler, lane), ...]; its seconds waited
 
 def _held() -> list:
     held = getattr(_HELD, "units", None)
@@ -93,7 +86,7 @@ def checkpoint() -> None:
     job = _CURRENT.get()
     if job is not None and job.reason is not None:
         raise WorkCancelled(job.reason)
-    for scheduler, lane, _ in list(_held()):
+    for scheduler, lane in list(_held()):
         scheduler._maybe_yield(lane)
 
 
@@ -172,24 +165,18 @@ class Scheduler:
         if lane not in self._holder:
             raise ValueError(f"no lane {lane!r}; lanes: {', '.join(LANES)}")
         held = _held()
-        if any(s is self and l == lane for s, l, _ in held):
+        entry = (self, lane)
+        if entry in held:
             yield
             return
         with self.file_job() as job:
-            claim = self._acquire(lane, job)
-            entry = [self, lane, claim]
+            self._acquire(lane, job)
             held.append(entry)
             try:
                 yield
             finally:
                 held.remove(entry)
                 self._release(lane, job)
-
-    def waiting(self, lane: Optional[str] = None, at_most: Priority = Priority.FILE) -> int:
-        """Claims waiting (on ``lane``, or any) of priority ``at_most`` or before it."""
-        with self._cond:
-            lanes = [lane] if lane is not None else list(LANES)
-            return sum(1 for l in lanes for _, c in self._waiting[l].values() if c.priority <= at_most)
 
     def busy(self, at_most: Priority, lane: Optional[str] = None) -> bool:
         """Whether work of priority ``at_most`` or before it waits or runs (on ``lane``, or any)."""
@@ -215,7 +202,7 @@ class Scheduler:
             return busy / window
 
     def snapshot(self) -> dict:
-        """Each lane's holder (its job's name and priority) and waiting claims, for /health."""
+        """Each lane's holder (its job's name and priority) and how many claims wait on it."""
         with self._cond:
             return {lane: {"running": None if h is None else {"job": h[0].name, "priority": h[0].priority.name.lower()},
                            "waiting": len(self._waiting[lane])}
@@ -226,7 +213,7 @@ class Scheduler:
     def _claim(self, job: Job) -> Claim:
         return Claim(job.id, job.priority, job.arrived, self.clock(), job.served, job.last_ran)
 
-    def _acquire(self, lane: str, job: Job) -> Claim:
+    def _acquire(self, lane: str, job: Job) -> None:
         started = time.perf_counter()
         with self._cond:
             claim = self._claim(job)
@@ -251,10 +238,7 @@ class Scheduler:
                     self._grant()
                 self._cond.notify_all()
                 raise
-        waited = time.perf_counter() - started
-        job.waited += waited
-        _HELD.waited = thread_waited() + waited
-        return claim
+        _HELD.waited = thread_waited() + time.perf_counter() - started
 
     def _grant(self) -> None:
         """Give each free lane to the claim the policy picks."""
@@ -309,9 +293,8 @@ class Scheduler:
             if not should_yield(current, others, now, self.policy, self._live > 0):
                 return
             self.yields += 1
-        entry = next(e for e in _held() if e[0] is self and e[1] == lane)
         self._release(lane, job)
-        entry[2] = self._acquire(lane, job)
+        self._acquire(lane, job)
 
 
-__all__ = ["Job", "LOAD_WINDOW_S", "Scheduler", "WorkCancelled", "checkpoint", "current_job", "thread_waited"]
+__all__ = ["Job", "LOAD_WINDOW_S", "Scheduler", "WorkCancelled", "checkpoint", "thread_waited"]
