@@ -94,12 +94,10 @@ class FilePipeline:
             def diarize():
                 return diarizer.diarize(audio, config, with_voices, progress)
         # word timestamps drive speaker attribution; without diarization only when asked for
-        def transcribe():
-            with self.models.asr_lane():
-                return asr.transcribe(audio, config, word_timestamps=diarize is not None
-                                      or config.return_word_timestamps, progress=progress)
-
-        return self.diarization.beside(transcribe, diarize, lambda exc: Diarization(error=type(exc).__name__))
+        return self.diarization.beside(
+            lambda: asr.transcribe(audio, config, word_timestamps=diarize is not None
+                                   or config.return_word_timestamps, progress=progress),
+            diarize, lambda exc: Diarization(error=type(exc).__name__))
 
     def _hear_channels(self, audio: np.ndarray, channels: Channels, config: InferenceConfig,
                        with_voices: bool, progress: Optional[ProgressCallback]
@@ -112,14 +110,12 @@ class FilePipeline:
         if config.diarize_channels and heard:
             def diarize():
                 return {c: diarizer.diarize(audio[c], channels.config, with_voices) for c in heard}
-        def transcribe():
-            with self.models.asr_lane():
-                return dict(zip(heard, asr.transcribe_many([audio[c] for c in heard],
-                                                           recording_language(asr, audio, heard, config),
-                                                           word_timestamps=True, progress=progress,
-                                                           stop_loops=True)))
-
-        return self.diarization.beside(transcribe, diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
+        return self.diarization.beside(
+            lambda: dict(zip(heard, asr.transcribe_many([audio[c] for c in heard],
+                                                        recording_language(asr, audio, heard, config),
+                                                        word_timestamps=True, progress=progress,
+                                                        stop_loops=True))),
+            diarize, lambda exc: {c: Diarization(error=type(exc).__name__) for c in heard})
 
     def _sentence_embedder(self, audio: np.ndarray, found: Optional[Diarization]
                            ) -> Optional[Callable[[list[tuple[float, float]]], list]]:

@@ -252,13 +252,14 @@ class DiarizationThread:
 
     def beside(self, asr: Callable[[], Any], diarize: Optional[Callable[[], Any]],
                failed: Callable[[Exception], Any]) -> tuple[Any, Any]:
-        """``asr()`` on this thread while ``diarize()`` (None: no diarization) runs on the
-        diarization thread: their results, ``failed(exc)`` in place of the diarization's when it
+        """``asr()`` on this thread, holding the ASR lane, while ``diarize()`` (None: no
+        diarization) runs on the diarization pool: their results, ``failed(exc)`` in place of the diarization's when it
         raised (a fault in the model, not in the request: the transcript is still worth
         returning). The diarization thread is never left running into the next call."""
         pending = self.submit(diarize) if diarize is not None else None
         try:
-            heard = asr()
+            with self._scheduler.unit("asr"):
+                heard = asr()
         finally:
             if pending is not None:
                 wait([pending])
