@@ -1,6 +1,7 @@
-"""When a live session's items are decoded, on the ASR lane through the engine
-(:mod:`speaker_asr.live.engine`): the partial decodes of the growing item and each committed
-item's final decode.
+"""When a live session's items are decoded, through the engine (:mod:`speaker_asr.live.engine`:
+on the ASR lane, a final decode ranked ``LIVE_FINAL``, a partial of a growing utterance
+``LIVE_PARTIAL``): the partial decodes of the growing item and each committed item's final
+decode.
 
 * A growing item is decoded again as it grows (:func:`~speaker_asr.live.items.partial_due`:
   when) while the model is free and no final decode waits; each decode feeds the item's
@@ -80,11 +81,13 @@ class DecodeScheduler:
         due = partial_due(item, clock, pause, time.monotonic(), self._last)
         if due is None:
             return
+        # a decode for a new pause (partial_due's pause branch) may be the utterance's final
+        # decode: another session's final does not stop it. Any other is a draft of growing speech
+        # (``pause`` is then a fraction of a VAD window, rarely 0: frames and windows do not align)
+        in_pause = due.paused_at != item.paused_at
         item.partial_at, item.paused_at = due.partial_at, due.paused_at
         audio = buffer.audio(max(item.start, clock - int(MAX_ITEM_S * SAMPLE_RATE)), clock).copy()
-        # one made in a pause may be the utterance's final decode: another session's final does
-        # not stop it
-        self.partial = asyncio.ensure_future(self._run_partial(item, audio, clock, preemptible=pause == 0))
+        self.partial = asyncio.ensure_future(self._run_partial(item, audio, clock, preemptible=not in_pause))
 
     async def _run_partial(self, item: Item, audio: np.ndarray, end: int, preemptible: bool = True) -> None:
         """A decode of the item's audio up to clock sample ``end`` (kept for the final)."""
@@ -97,9 +100,9 @@ class DecodeScheduler:
             config = await self.item_config(item, audio)
             with self.engine.partials.running(cancel, preemptible):
                 # one made in a pause may be the final: it is ranked as one
-                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous, cancel),
-                                                priority=Priority.LIVE_PARTIAL if preemptible
-                                                else Priority.LIVE_FINAL)
+                decoded = await self.engine.decode(audio, config, previous, cancel,
+                                                   priority=Priority.LIVE_PARTIAL if preemptible
+                                                   else Priority.LIVE_FINAL)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -125,7 +128,7 @@ class DecodeScheduler:
         if item.language is None:
             item.language = await self.language.for_item(
                 audio, self._config().language,
-                lambda heard: self.engine.run(lambda: self.engine.language(heard), priority=Priority.LIVE_FINAL))
+                lambda heard: self.engine.language(heard, priority=Priority.LIVE_FINAL))
         config = self._config()
         if not item.language or item.language == config.language:
             return config
@@ -156,8 +159,7 @@ class DecodeScheduler:
             decoded = item.final_decode()
             if decoded is None:
                 previous = item.last_partial.decoded if item.last_partial is not None else None
-                decoded = await self.engine.run(lambda: self.engine.decode(audio, config, previous),
-                                                priority=Priority.LIVE_FINAL)
+                decoded = await self.engine.decode(audio, config, previous, priority=Priority.LIVE_FINAL)
             return decoded
         finally:
             self.finals -= 1

@@ -1,13 +1,14 @@
 """The live sessions' way to the models. :class:`LiveEngine` is what a session
-(:class:`~speaker_asr.live.session.LiveSession`) needs of them: what is loaded, where a call runs
-and with which priority (speaker_asr/scheduling/policy.py: a final decode first, then the
-speakers, then partial decodes, file work last), and the calls themselves. :class:`RunnerEngine`
-is the server's: it runs each model call of a session as a job of the models' scheduler, on the
-runner's live calls (:meth:`ModelRunner.call <speaker_asr.serving.runner.ModelRunner.call>`) or
-on the diarization pool (an item's speakers, beside the next decodes), and awaits it. What each call does is
-:class:`speaker_asr.models.Models`' (the one models layer); this module only adds the sessions'
-limits on a decode and the item's speakers in the session's terms. The tests' engine
-(tests/live/test_live_session.py) decodes by the audio's length.
+(:class:`~speaker_asr.live.session.LiveSession`) needs of them: what is loaded, and the model
+calls, each awaited, each with its priority (speaker_asr/scheduling/policy.py: a final decode
+first, then the speakers, then partial decodes, file work last). A call picks where it runs; the
+session says only what it asks and how urgent it is. :class:`RunnerEngine` is the server's: it
+runs each call as a job of the models' scheduler, a decode or a language detection on the
+runner's live calls (:meth:`ModelRunner.call <speaker_asr.serving.runner.ModelRunner.call>`),
+an item's speakers on the diarization pool (beside the next decodes), and awaits it. What each
+call does is :class:`speaker_asr.models.Models`' (the one models layer); this module only adds
+the sessions' limits on a decode and the item's speakers in the session's terms. The tests'
+engine (tests/live/test_live_session.py) decodes by the audio's length.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from speaker_asr.types import Diarization
 # (Whisper repeats a phrase up to its 448-token limit, seconds of a CPU) stops there instead
 DECODE_TOKENS_PER_S = 15
 DECODE_MIN_TOKENS = 24
+
+# a final pass's audio: the samples, or a function that gives them once its job starts
+SessionAudio = Union[np.ndarray, Callable[[], np.ndarray]]
 
 
 def decode_token_limit(samples: int) -> int:
@@ -89,42 +93,49 @@ class PartialDecodes:
 
 
 class LiveEngine(Protocol):
-    """What a live session needs of the models: what is loaded (:attr:`loaded`), where a call
-    runs (``run``: a job with its priority; ``on_diarization_thread``), the partial decodes in hand
-    across sessions (:attr:`partials`) and the calls themselves (run through one of the two; a
-    call cancelled while it waits is dropped before it runs)."""
+    """What a live session needs of the models: what is loaded (:attr:`loaded`), the partial
+    decodes in hand across sessions (:attr:`partials`), whether live decodes wait (:meth:`busy`)
+    and the model calls. Each call is awaited and picks its own place: the ASR's (a decode, a
+    language detection) or the diarization's (an item's speakers, a voice, beside the next
+    decodes); ``priority`` ranks it among the scheduler's jobs (its default is the call's usual
+    rank). A call cancelled while it waits is dropped before it runs; once running, it stops at
+    its next unit."""
 
     loaded: Loaded
     partials: PartialDecodes
 
     def busy(self) -> bool: ...  # whether live decodes wait or run: no partial decode then
 
-    async def run(self, fn: Callable[[], Any], priority: Priority = Priority.FILE) -> Any: ...
+    async def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
+                     cancel: Optional[threading.Event] = None, *,
+                     priority: Priority = Priority.LIVE_FINAL) -> Decoded: ...
 
-    async def on_diarization_thread(self, fn: Callable[[], Any],
-                                    priority: Priority = Priority.LIVE_SPEAKERS) -> Any: ...
+    async def language(self, audio: np.ndarray, *,
+                       priority: Priority = Priority.LIVE_FINAL) -> Optional[str]: ...
 
-    def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
-               cancel: Optional[threading.Event] = None) -> Decoded: ...
+    async def activity(self, audio: np.ndarray, *,
+                       priority: Priority = Priority.LIVE_SPEAKERS) -> Optional[Activity]: ...
 
-    def language(self, audio: np.ndarray) -> Optional[str]: ...
+    async def utterance(self, audio: np.ndarray, config: InferenceConfig, *,
+                        priority: Priority = Priority.LIVE_SPEAKERS) -> Optional[Diarization]: ...
 
-    def embed(self, audio: np.ndarray) -> Optional[np.ndarray]: ...
+    async def embed(self, audio: np.ndarray, *,
+                    priority: Priority = Priority.LIVE_SPEAKERS) -> Optional[np.ndarray]: ...
 
-    def reference(self, index: int, name: str, clip) -> np.ndarray: ...
+    async def references(self, names: Sequence[str], clips: Sequence[Any], *,
+                         priority: Priority = Priority.LIVE_SPEAKERS) -> dict[str, np.ndarray]: ...
 
-    def activity(self, audio: np.ndarray) -> Optional[Activity]: ...
-
-    def utterance(self, audio: np.ndarray, config: InferenceConfig) -> Optional[Diarization]: ...
-
-    def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
-                           progress: Callable[[Any], None]) -> Result: ...
+    async def transcribe_session(self, audio: SessionAudio, config: InferenceConfig,
+                                 progress: Callable[[Any], None], *,
+                                 priority: Priority = Priority.FILE) -> Result: ...
 
 
 class RunnerEngine(LiveEngine):
     """The live sessions' engine over the server's runner
     (:class:`speaker_asr.serving.runner.ModelRunner`) and the models it loaded
-    (:attr:`~speaker_asr.serving.runner.ModelRunner.models`)."""
+    (:attr:`~speaker_asr.serving.runner.ModelRunner.models`): each call a job of the models'
+    scheduler, on the runner's live calls (:meth:`_call`) or on the diarization pool
+    (:meth:`_beside_asr`)."""
 
     def __init__(self, runner):
         self.runner = runner
@@ -162,15 +173,81 @@ class RunnerEngine(LiveEngine):
         decodes (and their language detection) held the ASR lane: what they need of it, measured."""
         return self.models.scheduler.load("asr", Priority.LIVE_SPEAKERS, window_s)
 
+    # -- the calls ------------------------------------------------------------------------------
+
+    async def decode(self, audio: np.ndarray, config: InferenceConfig, previous: Optional[Decoded] = None,
+                     cancel: Optional[threading.Event] = None, *,
+                     priority: Priority = Priority.LIVE_FINAL) -> Decoded:
+        """The audio's transcript, with word times where the model has alignment heads (speakers
+        are given by them). ``previous``: a decode of the same audio's beginning, whose tokens
+        the model verifies as its draft. At most :func:`decode_token_limit` tokens. ``cancel``:
+        set, the decode stops at its next token (an exception). ``priority``: a partial decode
+        of a growing item is ``LIVE_PARTIAL``."""
+        draft = previous.tokens if previous is not None else None
+        limit = decode_token_limit(len(audio))
+        return await self._call(lambda: self.models.decode(audio, config, draft=draft, max_new_tokens=limit,
+                                                           cancel=cancel), priority)
+
+    async def language(self, audio: np.ndarray, *,
+                       priority: Priority = Priority.LIVE_FINAL) -> Optional[str]:
+        """Whisper's language detection on the audio (its first 30 s): an item's decodes wait
+        for it, so it ranks as a final decode."""
+        return await self._call(lambda: self.models.detect_language(audio), priority)
+
+    async def activity(self, audio: np.ndarray, *,
+                       priority: Priority = Priority.LIVE_SPEAKERS) -> Optional[Activity]:
+        """Which (local) speakers talk in each frame of a growing item's audio (the segmentation
+        model alone); None where the diarization cannot run it alone."""
+        return await self._beside_asr(lambda: self.models.activity(audio), priority)
+
+    async def utterance(self, audio: np.ndarray, config: InferenceConfig, *,
+                        priority: Priority = Priority.LIVE_SPEAKERS) -> Optional[Diarization]:
+        """Who speaks in a committed item, with their voices (from its audio alone, no words
+        needed; the session asks after the item's final decode, so the two never share the CPU);
+        None without a diarization."""
+        def utterance() -> Optional[Diarization]:
+            models = self.models
+            return models.diarize_utterance(audio, config) if models.diarizer is not None else None
+        return await self._beside_asr(utterance, priority)
+
+    async def embed(self, audio: np.ndarray, *,
+                    priority: Priority = Priority.LIVE_SPEAKERS) -> Optional[np.ndarray]:
+        """The voice vector of the audio as a whole (an item nobody was heard in); None with too
+        little speech."""
+        return await self._beside_asr(lambda: self.models.embed(audio), priority)
+
+    async def references(self, names: Sequence[str], clips: Sequence[Any], *,
+                         priority: Priority = Priority.LIVE_SPEAKERS) -> dict[str, np.ndarray]:
+        """The known speakers' voices, ``names[i]``'s from ``clips[i]`` (a clip, a data URI or
+        an URL), in one job; a bad clip is a :class:`~speaker_asr.errors.RequestError` naming
+        it."""
+        def references() -> dict[str, np.ndarray]:
+            return {name: self.models.reference(i, name, clip)
+                    for i, (name, clip) in enumerate(zip(names, clips))}
+        return await self._call(references, priority)
+
+    async def transcribe_session(self, audio: SessionAudio, config: InferenceConfig,
+                                 progress: Callable[[Any], None], *,
+                                 priority: Priority = Priority.FILE) -> Result:
+        """The final pass: the file pipeline (:meth:`speaker_asr.models.Models.transcribe`) over
+        a session's kept audio, as ``/v1/audio/transcriptions`` runs it. ``audio``: the samples,
+        or a function that gives them once the job starts (on its thread: a session's kept
+        audio stays 16-bit while the pass waits, and is made float32 off the event loop).
+        ``progress`` hears its steps (and stops it by raising)."""
+        def transcribe() -> Result:
+            samples = audio() if callable(audio) else audio
+            return self.models.transcribe(samples, config, progress=progress)
+        return await self._call(transcribe, priority)
+
     # -- where a call runs ----------------------------------------------------------------------
 
-    async def run(self, fn: Callable[[], Any], priority: Priority = Priority.FILE) -> Any:
-        """``fn()`` as a job of ``priority``, its units ordered by the models' scheduler.
-        Cancelled: dropped while queued, stopped at its next unit once running."""
+    async def _call(self, fn: Callable[[], Any], priority: Priority) -> Any:
+        """``fn()`` on the runner's live calls as a job of ``priority``, its units ordered by the
+        models' scheduler. Cancelled: dropped while queued, stopped at its next unit once
+        running."""
         return await self.runner.call(fn, priority)
 
-    async def on_diarization_thread(self, fn: Callable[[], Any],
-                                    priority: Priority = Priority.LIVE_SPEAKERS) -> Any:
+    async def _beside_asr(self, fn: Callable[[], Any], priority: Priority) -> Any:
         """``fn()`` on the diarization pool as a job of ``priority``, beside the ASR lane's
         decodes: an item's speakers are found while the next item is decoded. Cancelled: dropped
         while queued, stopped at its next unit once running."""
@@ -179,49 +256,9 @@ class RunnerEngine(LiveEngine):
         with scheduler.working_for(job):  # the pool runs fn in this context
             future = self.models.on_diarization_thread(fn)
         try:
+            # shielded: a cancel is handled below, where a running fn is stopped through its job
             return await asyncio.shield(asyncio.wrap_future(future))
         except asyncio.CancelledError:
             if not future.cancel():
                 job.cancel("the live call was cancelled")
             raise
-
-    # -- the calls (run through run() or on_diarization_thread()) -------------------------------
-
-    def decode(self, audio: np.ndarray, config: InferenceConfig,
-               previous: Optional[Decoded] = None, cancel: Optional[threading.Event] = None) -> Decoded:
-        """The audio's transcript, with word times where the model has alignment heads (speakers
-        are given by them). ``previous``: a decode of the same audio's beginning, whose tokens
-        the model verifies as its draft. At most :func:`decode_token_limit` tokens. ``cancel``:
-        set, the decode stops at its next token (an exception)."""
-        return self.models.decode(audio, config, draft=previous.tokens if previous is not None else None,
-                                  max_new_tokens=decode_token_limit(len(audio)), cancel=cancel)
-
-    def language(self, audio: np.ndarray) -> Optional[str]:
-        """Whisper's language detection on the audio (its first 30 s)."""
-        return self.models.detect_language(audio)
-
-    def embed(self, audio: np.ndarray) -> Optional[np.ndarray]:
-        return self.models.embed(audio)
-
-    def reference(self, index: int, name: str, clip) -> np.ndarray:
-        return self.models.reference(index, name, clip)
-
-    def activity(self, audio: np.ndarray) -> Optional[Activity]:
-        """Which (local) speakers talk in each frame of a growing item's audio (the segmentation
-        model alone); None where the diarization cannot run it alone."""
-        return self.models.activity(audio)
-
-    def utterance(self, audio: np.ndarray, config: InferenceConfig) -> Optional[Diarization]:
-        """Who speaks in a committed item, with their voices (from its audio alone, no words
-        needed; the session asks after the item's final decode, so the two never share the CPU);
-        None without a diarization."""
-        if self.models.diarizer is None:
-            return None
-        return self.models.diarize_utterance(audio, config)
-
-    def transcribe_session(self, audio: np.ndarray, config: InferenceConfig,
-                           progress: Callable[[Any], None]) -> Result:
-        """The final pass: the file pipeline (:meth:`speaker_asr.models.Models.transcribe`) over
-        a session's kept audio, as ``/v1/audio/transcriptions`` runs it. ``progress`` hears its
-        steps (and stops it by raising)."""
-        return self.models.transcribe(audio, config, progress=progress)

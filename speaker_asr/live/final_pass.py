@@ -208,23 +208,24 @@ class FinalPassCancelled(Exception):
 
 async def run_final_pass(engine, kept: KeptAudio, config: InferenceConfig, closed: threading.Event,
                          live_spans: Sequence[Span]) -> Result:
-    """The file pipeline over the kept audio (a file job of the models' scheduler, through ``engine.run``), on
-    the session's clock, a warning for what was not kept, its speakers named as the live session
-    named them (``live_spans``: the segments it sent). Stops at its next progress step once
-    ``closed`` is set."""
+    """The file pipeline over the kept audio (``engine.transcribe_session``: a file job of the
+    models' scheduler), on the session's clock, a warning for what was not kept, its speakers
+    named as the live session named them (``live_spans``: the segments it sent). Stops at its
+    next progress step once ``closed`` is set."""
     seconds, dropped = kept.seconds, kept.dropped / SAMPLE_RATE
 
     def stop_if_closed(_progress=None) -> None:
         if closed.is_set():
             raise FinalPassCancelled("the live session was closed during its final pass")
 
-    def run() -> Result:
-        audio = kept.audio()
+    def audio() -> np.ndarray:  # read once the job starts: the kept chunks stay 16-bit while it waits
+        samples = kept.audio()
         kept.clear()
         stop_if_closed()
-        return engine.transcribe_session(audio, config, stop_if_closed)
+        return samples
 
-    result = (await engine.run(run, priority=Priority.FILE)).shifted(kept.origin / SAMPLE_RATE)
+    result = await engine.transcribe_session(audio, config, stop_if_closed, priority=Priority.FILE)
+    result = result.shifted(kept.origin / SAMPLE_RATE)
     if dropped:
         result = replace(result, warnings=[*result.warnings, overflow_warning(seconds, dropped)])
     keep = {k.speaker for k in result.known_speakers if k.speaker is not None}

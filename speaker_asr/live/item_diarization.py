@@ -63,7 +63,7 @@ class SpeakerWork:
 
     async def _looked(self, item: Item, start: int, audio: np.ndarray) -> None:
         try:
-            activity = await self.engine.on_diarization_thread(lambda: self.engine.activity(audio))
+            activity = await self.engine.activity(audio)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -88,13 +88,12 @@ class SpeakerWork:
         out already."""
         seconds = len(audio) / SAMPLE_RATE
         try:
-            found = item_speakers(await self.engine.on_diarization_thread(
-                lambda: self.engine.utterance(audio, config)), decoded.transcript, seconds)
+            found = item_speakers(await self.engine.utterance(audio, config), decoded.transcript, seconds)
             turns = turns_by_diarization(speakers, found) if found is not None else []
             if not turns:  # nobody heard, or no voice to decide by: the whole item's voice
                 embedding = None
                 if speakers.needs_embedding(seconds) or not speakers.labels:
-                    embedding = await self.engine.on_diarization_thread(lambda: self.engine.embed(audio))
+                    embedding = await self.engine.embed(audio)
                 turns = turns_by_voice(speakers, embedding, seconds, transcript, decoded.words)
         except asyncio.CancelledError:
             raise

@@ -41,11 +41,8 @@ class SessionSpeakers:
         if not self.engine.loaded.has_voices:
             raise ProtocolError("known speakers need the diarization pipeline's voice model, and "
                                 "this server has none loaded", param=NAMES_PARAM, event_id=event_id)
-
-        def embed_all():
-            return {name: self.engine.reference(i, name, ref) for i, (name, ref) in enumerate(zip(names, refs))}
         try:
-            return await self.engine.run(embed_all, priority=Priority.LIVE_SPEAKERS)
+            return await self.engine.references(names, refs, priority=Priority.LIVE_SPEAKERS)
         except RequestError as exc:
             raise ProtocolError(str(exc), param="session.speaker_asr.known_speaker_references",
                                 event_id=event_id) from None

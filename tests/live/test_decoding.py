@@ -20,6 +20,7 @@ from speaker_asr.live.engine import LiveEngine, Loaded, PartialDecodes
 from speaker_asr.live.items import Item
 from speaker_asr.live.language import SessionLanguage
 from speaker_asr.models import Decoded
+from speaker_asr.scheduling import Priority
 from speaker_asr.types import Word
 
 SR = 16_000
@@ -49,17 +50,17 @@ class HeldEngine(LiveEngine):
         self.started = threading.Event()
         self.release = threading.Event()
         self.cancels = []  # the cancel flag of every decode
+        self.priorities = []  # the priority of every decode
         self.stopped = []  # whether each decode ended by its cancel
 
     def busy(self):
         return False
 
-    async def run(self, fn, priority=None):
-        return await asyncio.to_thread(fn)
+    async def decode(self, audio, config, previous=None, cancel=None, *, priority=Priority.LIVE_FINAL):
+        self.priorities.append(priority)
+        return await asyncio.to_thread(self._decode, audio, cancel)
 
-    on_diarization_thread = run
-
-    def decode(self, audio, config, previous=None, cancel=None):
+    def _decode(self, audio, cancel):
         self.cancels.append(cancel)
         self.started.set()
         deadline = time.monotonic() + WAIT_S
@@ -74,9 +75,11 @@ class HeldEngine(LiveEngine):
         return Decoded("".join(w.text for w in words).strip(), words)
 
 
-async def _partial_running(engine, scheduler, item, buffer):
-    """``item``'s partial decode of the buffer's audio so far, started and on the model thread."""
-    scheduler.maybe_partial(item, buffer, pause=0)  # a growing utterance's: preemptible
+async def _partial_running(engine, scheduler, item, buffer, pause=0):
+    """``item``'s partial decode of the buffer's audio so far, started and on the model thread
+    (``pause``: the silence heard at its end, in samples; none: a growing utterance's,
+    preemptible)."""
+    scheduler.maybe_partial(item, buffer, pause=pause)
     assert scheduler.partial is not None, "no partial decode was due"
     assert await asyncio.to_thread(engine.started.wait, WAIT_S)
     return engine.cancels[-1]
@@ -113,6 +116,7 @@ def test_the_items_own_partial_that_heard_all_its_speech_is_kept_and_becomes_its
             await asyncio.wait_for(settle, WAIT_S)
         assert engine.stopped == [False] and not own.is_set()
         assert item.final_decode() is not None and item.final_decode().text == "w0 w1 w2 w3"
+        assert engine.priorities == [Priority.LIVE_PARTIAL]
 
     asyncio.run(main())
 
@@ -169,5 +173,32 @@ def test_with_no_partial_of_its_own_a_final_decode_still_stops_the_other_session
             await asyncio.wait_for(scheduler.settle(item), WAIT_S)
         assert engine.partials.kept == [None] and other_session.is_set()
         assert engine.cancels == []  # nothing was decoded
+
+    asyncio.run(main())
+
+
+def test_a_growing_utterances_partial_ranks_below_a_final_decode_and_one_made_in_a_pause_as_one():
+    """The ASR lane's jobs: a partial of a growing utterance is ``LIVE_PARTIAL`` (a final decode
+    of any session goes first); a partial made in a pause may be the item's final decode, and a
+    decode at commit is one: both ``LIVE_FINAL``, and neither is stopped by another's final."""
+    async def main():
+        engine, buffer, item = HeldEngine(), AudioBuffer(), Item("item_1", start=0)
+        scheduler = _scheduler(engine)
+        engine.release.set()  # every decode ends at once
+        buffer.append(np.zeros(2 * SR, np.float32))
+        # mid-speech the silence heard is a fraction of a VAD window (frames and windows do not
+        # align), not 0: still a draft of growing speech
+        await _partial_running(engine, scheduler, item, buffer, pause=300)
+        await asyncio.wait_for(scheduler.partial, WAIT_S)
+        buffer.append(np.zeros(SR, np.float32))
+        engine.started.clear()
+        paused = await _partial_running(engine, scheduler, item, buffer, pause=SR // 2)
+        engine.partials.preempt()  # another session's final decode
+        await asyncio.wait_for(scheduler.partial, WAIT_S)
+        assert not paused.is_set() and engine.stopped == [False, False]
+        _commit(scheduler, item, speech_end=3 * SR + 800, end=4 * SR)  # speech past the partials
+        decoded = await asyncio.wait_for(scheduler.final(item, np.zeros(4 * SR, np.float32)), WAIT_S)
+        assert decoded.text == "w0 w1 w2 w3 w4 w5 w6 w7"
+        assert engine.priorities == [Priority.LIVE_PARTIAL, Priority.LIVE_FINAL, Priority.LIVE_FINAL]
 
     asyncio.run(main())

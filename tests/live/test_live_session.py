@@ -16,6 +16,7 @@ from speaker_asr.live.engine import LiveEngine, Loaded, PartialDecodes
 from speaker_asr.live.items import MAX_ITEM_S
 from speaker_asr.live.session import LiveSession
 from speaker_asr.live.vad import WINDOW, TurnDetector, TurnEvent
+from speaker_asr.scheduling import Priority
 from speaker_asr.types import Diarization, Segment, Transcript, Turn, Word
 
 SR = 16_000
@@ -24,13 +25,16 @@ SR = 16_000
 class FakeEngine(LiveEngine):
     """A LiveEngine (speaker_asr/live/engine.py) without models: a decode's words follow the
     audio's length, a voice its loudness; a known speaker's clip, the language detection and the
-    final pass are the subclasses' below (here they fail the test that reaches them)."""
+    final pass are the subclasses' below (here they fail the test that reaches them). Each call
+    runs its stand-in (the sync methods below, which subclasses override) inline, or on a worker
+    thread as the server's do with ``threaded``; :attr:`asked` notes every call's priority."""
 
     loaded = Loaded("fake-whisper", has_voices=True)
+    threaded = False
 
     def __init__(self, fail: bool = False, voices=None, activity=None):
         self.partials = PartialDecodes()
-        self.calls = 0
+        self.asked = []  # (the call, its priority) of every call
         self.decodes = []  # (samples, the previous decode given as its draft) of every decode
         self.languages = []  # the config's language at every decode
         self.fail = fail
@@ -44,13 +48,37 @@ class FakeEngine(LiveEngine):
     def unavailable(self):
         return None
 
-    async def run(self, fn, priority=None):
-        self.calls += 1
-        return fn()
+    async def _model(self, call: str, fn, priority: Priority):
+        self.asked.append((call, priority))
+        return await asyncio.to_thread(fn) if self.threaded else fn()
 
-    on_diarization_thread = run
+    # -- the calls, as a session makes them ----------------------------------------------------
 
-    def decode(self, audio, config, previous=None, cancel=None):
+    async def decode(self, audio, config, previous=None, cancel=None, *, priority=Priority.LIVE_FINAL):
+        return await self._model("decode", lambda: self.decode_now(audio, config, previous, cancel), priority)
+
+    async def language(self, audio, *, priority=Priority.LIVE_FINAL):
+        return await self._model("language", lambda: self.language_now(audio), priority)
+
+    async def activity(self, audio, *, priority=Priority.LIVE_SPEAKERS):
+        return await self._model("activity", lambda: self.activity_now(audio), priority)
+
+    async def utterance(self, audio, config, *, priority=Priority.LIVE_SPEAKERS):
+        return await self._model("utterance", lambda: self.utterance_now(audio, config), priority)
+
+    async def embed(self, audio, *, priority=Priority.LIVE_SPEAKERS):
+        return await self._model("embed", lambda: self.embed_now(audio), priority)
+
+    async def references(self, names, clips, *, priority=Priority.LIVE_SPEAKERS):
+        return await self._model("references", lambda: self.references_now(names, clips), priority)
+
+    async def transcribe_session(self, audio, config, progress, *, priority=Priority.FILE):
+        return await self._model("transcribe_session", lambda: self.transcribe_session_now(
+            audio() if callable(audio) else audio, config, progress), priority)
+
+    # -- their stand-ins --------------------------------------------------------------------------
+
+    def decode_now(self, audio, config, previous=None, cancel=None):
         from speaker_asr.models import Decoded
 
         self.decodes.append((len(audio), previous))
@@ -62,24 +90,24 @@ class FakeEngine(LiveEngine):
         text = "".join(w.text for w in words).strip()
         return Decoded(text, words, Transcript(text, [Segment(text, 0.0, n * 0.5)] if n else [], "en", words))
 
-    def embed(self, audio):
+    def embed_now(self, audio):
         loud = float(np.abs(audio).mean() > 0.2)
         return np.array([1.0 - loud, loud])
 
-    def utterance(self, audio, config):
+    def utterance_now(self, audio, config):
         return self.found(audio) if self.found is not None else None
 
-    def activity(self, audio):
+    def activity_now(self, audio):
         self.looked.append(len(audio))
         return self.activities(audio) if self.activities is not None else None
 
-    def language(self, audio):
+    def language_now(self, audio):
         raise AssertionError("a model that is not multilingual detects no language")
 
-    def reference(self, index, name, clip):
+    def references_now(self, names, clips):
         raise AssertionError("no known speakers in this test")
 
-    def transcribe_session(self, audio, config, progress):
+    def transcribe_session_now(self, audio, config, progress):
         raise AssertionError("no final pass in this test")
 
 
@@ -237,6 +265,10 @@ def test_the_final_decode_reuses_the_partial_decode_made_in_the_pause_that_ended
     assert engine.decodes[0][1] is None and len(engine.decodes) >= 3
     for (_, previous), (n, _) in zip(engine.decodes[1:], engine.decodes[:-1]):
         assert previous is not None and len(previous.words) == int(n / SR * 2)
+    # the item's speakers (a look while it grew, its own diarization, its voice) rank as speakers
+    speakers = [(call, priority) for call, priority in engine.asked if call != "decode"]
+    assert {call for call, _ in speakers} == {"activity", "utterance", "embed"}
+    assert {priority for _, priority in speakers} == {Priority.LIVE_SPEAKERS}
 
 
 def test_a_long_utterance_is_split_at_30_s():
@@ -336,7 +368,7 @@ class FinalEngine(FakeEngine):
         super().__init__()
         self.result, self.fail_final, self.final_calls = result, fail_final, []
 
-    def transcribe_session(self, audio, config, progress):
+    def transcribe_session_now(self, audio, config, progress):
         self.final_calls.append((audio.copy(), config))
         progress(None)
         if self.fail_final:
@@ -419,6 +451,7 @@ def test_the_final_pass_is_sent_last_with_the_live_labels_and_a_fresh_one():
     assert all(s["type"] == "transcript.text.segment" for s in last["segments"])
     (audio_in, config), = engine.final_calls
     assert len(audio_in) == 5 * SR and np.allclose(audio_in, np.concatenate(audio), atol=3 / 32768)
+    assert engine.asked[-1] == ("transcribe_session", Priority.FILE)  # file work, after every live call
     assert (config.language, config.prompt, config.max_speakers) == ("en", "Hi", 3)
 
 
@@ -468,10 +501,9 @@ def test_a_client_that_leaves_stops_the_final_pass_on_the_model_thread():
     started, stopped = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn, priority=None):
-            return await asyncio.to_thread(fn)
+        threaded = True
 
-        def transcribe_session(self, audio, config, progress):
+        def transcribe_session_now(self, audio, config, progress):
             started.set()
             try:
                 for _ in range(500):  # ~10 s unless stopped
@@ -615,10 +647,9 @@ def test_a_client_that_leaves_during_the_final_pass_stops_it_and_is_counted():
     started, stopped = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn, priority=None):
-            return await asyncio.to_thread(fn)
+        threaded = True
 
-        def transcribe_session(self, audio, config, progress):
+        def transcribe_session_now(self, audio, config, progress):
             started.set()
             try:
                 for _ in range(500):
@@ -661,13 +692,12 @@ def test_a_client_that_leaves_while_the_route_waits_for_room_has_its_queued_item
     decoding, release = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn, priority=None):
-            return await asyncio.to_thread(fn)
+        threaded = True
 
-        def decode(self, audio, config, previous=None, cancel=None):
+        def decode_now(self, audio, config, previous=None, cancel=None):
             decoding.set()
             release.wait(10)
-            return super().decode(audio, config, previous, cancel)
+            return super().decode_now(audio, config, previous, cancel)
 
     engine = SlowEngine()
     route, registry = route_with(engine)
@@ -741,7 +771,7 @@ class MultilingualEngine(FakeEngine):
         super().__init__()
         self.detections = []  # seconds of audio each detection heard
 
-    def language(self, audio):
+    def language_now(self, audio):
         self.detections.append(len(audio) / SR)
         return "cy" if len(audio) < 6 * SR else "en"
 
@@ -760,6 +790,8 @@ def test_without_a_session_language_one_is_detected_on_the_speech_heard_and_then
     # every decode of an item in the language detected for it; the last item's is the kept one
     assert engine.languages[0] == "cy" and engine.languages[-1] == "en"
     assert set(engine.languages) == {"cy", "en"}
+    # the item's decodes wait for its language: it ranks as a final decode
+    assert {p for call, p in engine.asked if call == "language"} == {Priority.LIVE_FINAL}
 
 
 def test_a_session_language_is_never_detected():
@@ -772,7 +804,8 @@ def test_a_session_language_is_never_detected():
 def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     """A decode that loops (a wrong language, a hallucination) stops near the audio's length in
     tokens instead of Whisper's 448: 2 s of audio, 54 tokens at most. The engine reaches the ASR
-    through the models layer (speaker_asr/models.py), under its lock."""
+    through the models layer (speaker_asr/models.py), under its lock, as a runner's live call of
+    the priority asked for (a final decode's by default)."""
     import types
 
     from speaker_asr.config import ModelCapabilities
@@ -790,12 +823,83 @@ def test_a_live_decode_makes_at_most_a_few_tokens_per_second_of_audio():
     asr = types.SimpleNamespace(has_alignment_heads=True, transcribe=transcribe,
                                 capabilities=lambda has_diarization: ModelCapabilities())
     models = Models(asr)
-    engine = RunnerEngine(types.SimpleNamespace(models=models))
+    priorities = []
+
+    async def call(fn, priority):  # the runner's live calls (ModelRunner.call)
+        priorities.append(priority)
+        return await asyncio.to_thread(fn)
+
+    engine = RunnerEngine(types.SimpleNamespace(models=models, call=call))
     config = None
-    decoded = engine.decode(np.zeros(2 * SR, np.float32), config)
+    decoded = asyncio.run(engine.decode(np.zeros(2 * SR, np.float32), config))
     assert decoded.text == "hello" and calls[0]["max_new_tokens"] == 54
-    engine.decode(np.zeros(20 * SR, np.float32), config, decoded)
+    asyncio.run(engine.decode(np.zeros(20 * SR, np.float32), config, decoded, priority=Priority.LIVE_PARTIAL))
     assert calls[1]["max_new_tokens"] == 324 and calls[1]["draft"].given is None  # no tokens kept
+    assert priorities == [Priority.LIVE_FINAL, Priority.LIVE_PARTIAL]
+
+
+def test_the_engines_speaker_calls_run_beside_the_asr_and_a_cancelled_one_stops_at_its_next_unit():
+    """An item's speakers run on the diarization pool, holding its lane as a job of the priority
+    asked for; a known speakers' roster is one live call, its voices by name. A speaker call
+    cancelled once running stops at its next unit (the model's checkpoint)."""
+    import threading
+    import time
+    import types
+
+    from speaker_asr.config import ModelCapabilities
+    from speaker_asr.live.engine import RunnerEngine
+    from speaker_asr.models import Models
+    from speaker_asr.scheduling import WorkCancelled, checkpoint
+
+    started, stopped, seen = threading.Event(), threading.Event(), []
+
+    class Diarizer:
+        has_voices = True
+
+        def embed(self, audio):
+            seen.append((threading.current_thread().name, models.scheduler.snapshot()["diarization"]["running"]))
+            return np.ones(2)
+
+        def activity(self, audio):
+            started.set()
+            try:
+                for _ in range(500):  # ~5 s unless stopped
+                    checkpoint()
+                    time.sleep(0.01)
+            except WorkCancelled:
+                stopped.set()
+                raise
+            raise AssertionError("the look was not stopped")
+
+        def reference(self, index, name, clip):
+            return np.array([float(index), float(clip)])
+
+    asr = types.SimpleNamespace(capabilities=lambda has_diarization: ModelCapabilities())
+    models = Models(asr, Diarizer())
+    priorities = []
+
+    async def call(fn, priority):  # the runner's live calls (ModelRunner.call)
+        priorities.append(priority)
+        return await asyncio.to_thread(fn)
+
+    engine = RunnerEngine(types.SimpleNamespace(models=models, call=call))
+
+    async def main():
+        assert (await engine.embed(np.zeros(SR, np.float32))).tolist() == [1.0, 1.0]
+        await engine.embed(np.zeros(SR, np.float32), priority=Priority.FILE)
+        known = await engine.references(["Alice", "Bob"], [3, 4])
+        assert {name: v.tolist() for name, v in known.items()} == {"Alice": [0.0, 3.0], "Bob": [1.0, 4.0]}
+        look = asyncio.ensure_future(engine.activity(np.zeros(SR, np.float32)))
+        assert await asyncio.to_thread(started.wait, 5)
+        look.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await look
+        assert await asyncio.to_thread(stopped.wait, 5)
+
+    asyncio.run(main())
+    assert [name.startswith("diarization") for name, _ in seen] == [True, True]
+    assert [running["priority"] for _, running in seen] == ["live_speakers", "file"]
+    assert priorities == [Priority.LIVE_SPEAKERS]
 
 
 def test_a_final_decode_stops_the_other_sessions_partials_but_not_one_that_may_be_a_final():
@@ -869,18 +973,17 @@ def test_a_partial_decode_the_utterances_end_made_useless_is_stopped_at_once():
     cancelled = []
 
     class SlowPartials(FakeEngine):
-        async def run(self, fn, priority=None):
-            return await asyncio.to_thread(fn)
+        threaded = True
 
         def busy(self):
             return False
 
-        def decode(self, audio, config, previous=None, cancel=None):
+        def decode_now(self, audio, config, previous=None, cancel=None):
             if len(audio) < 2.0 * SR and cancel is not None:  # the partial of the first 2 s: slow
                 if cancel.wait(5.0):
                     cancelled.append(len(audio))
                     raise RuntimeError("cancelled")
-            return super().decode(audio, config, previous, cancel)
+            return super().decode_now(audio, config, previous, cancel)
 
     times = {}
 
@@ -917,14 +1020,13 @@ def test_at_the_servers_stop_each_committed_item_not_yet_done_gets_a_failed_even
     decoding, release = threading.Event(), threading.Event()
 
     class SlowEngine(FakeEngine):
-        async def run(self, fn, priority=None):
-            return await asyncio.to_thread(fn)
+        threaded = True
 
-        def decode(self, audio, config, previous=None, cancel=None):
+        def decode_now(self, audio, config, previous=None, cancel=None):
             if len(self.decodes) >= 1:  # the first item completes, the second hangs in the model
                 decoding.set()
                 release.wait(10)
-            return super().decode(audio, config, previous, cancel)
+            return super().decode_now(audio, config, previous, cancel)
 
     route, registry = route_with(SlowEngine())
     socket = FakeSocket()
