@@ -2,7 +2,7 @@
 loaded pipeline's own ``pipeline.clustering`` (speaker_asr/patches/diarization.py:
 linear_clustering) against pyannote's (``DIARIZATION_SPEEDUPS=false``), side by side.
 
-    python bench/clustering_bench.py [--hours 0.5,1,2,4] [--stock-up-to 2] [--voices 8]
+    python bench/clustering_bench.py [--hours 0.5,1,2,4] [--stock-up-to 2] [--voices 8] [--embedded-every 5]
 
 The input is what the step is handed for a meeting of that length at the 3.1 recipe's 1-s step
 (speaker_asr/testing/windows.py): 3,600 windows an hour x 3 speaker slots, ``--voices`` voices
@@ -11,7 +11,10 @@ and each clustering: wall time, the peak of memory allocated during the call (tr
 second run), the voices found and the purity of the clusters (the share of embeddings whose
 cluster's majority voice is their own), and whether the returning voice kept one label. The
 pipeline is the kit's (../shared/real-models: pyannote-campp-3.1) when present, else the tiny
-one with the 3.1 recipe's clustering parameters. Prints a markdown table; JSON to bench/results/.
+one with the 3.1 recipe's clustering parameters. ``--embedded-every 5`` adds ours as
+``DIARIZATION_EMBEDDINGS=approximate`` hands it the same windows: every fifth window's speakers
+embedded, the clustering trained on those alone (its minimum cluster size scaled to them) and
+every window assigned. Prints a markdown table; JSON to bench/results/.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from common import REAL, RESULTS, machine, setup_env
 RECIPE = {"method": "centroid", "min_cluster_size": 12, "threshold": 0.7045654963945799}
 
 
-def load(speedups: bool, work: Path):
+def load(speedups: bool, work: Path, embeddings: str = "recipe"):
     from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
     folder = REAL / "pyannote-campp-3.1"
@@ -41,18 +44,27 @@ def load(speedups: bool, work: Path):
         folder = work / "tiny-pyannote"
         if not (folder / "config.yaml").exists():
             build_pyannote_pipeline(folder)
-    pipeline = load_diarization_pipeline(str(folder), None, "cpu", speedups=speedups)
+    pipeline = load_diarization_pipeline(str(folder), None, "cpu", speedups=speedups, embeddings=embeddings)
     pipeline.clustering.instantiate(RECIPE)
     return pipeline, folder.name
 
 
-def run(step, windows, measure_memory: bool) -> dict:
+def run(step, windows, measure_memory: bool, every: int = 1) -> dict:
+    from speaker_asr.patches import diarization
+
     gc.collect()
     if measure_memory:
         tracemalloc.start()
     started = time.perf_counter()
-    hard, _, _ = step(embeddings=windows.embeddings.copy(), segmentations=windows.segmentations,
-                      min_clusters=1, max_clusters=windows.embeddings.shape[0] * 3)
+    if every > 1:  # as share_window_embeddings leaves it for the clustering
+        own = np.zeros(windows.voices.shape, dtype=bool)
+        own[::every] = windows.voices[::every] >= 0
+        diarization._EMBEDDED.own = own
+    try:
+        hard, _, _ = step(embeddings=windows.embeddings.copy(), segmentations=windows.segmentations,
+                          min_clusters=1, max_clusters=windows.embeddings.shape[0] * 3)
+    finally:
+        diarization._EMBEDDED.own = None
     seconds = time.perf_counter() - started
     out = {"seconds": seconds}
     if measure_memory:
@@ -77,6 +89,8 @@ def main(argv=None) -> None:
     ap.add_argument("--stock-up-to", type=float, default=2.0,
                     help="run pyannote's own clustering up to this many hours (it is quadratic)")
     ap.add_argument("--voices", type=int, default=8)
+    ap.add_argument("--embedded-every", type=int, default=0,
+                    help="also ours trained on every N-th window's speakers (DIARIZATION_EMBEDDINGS=approximate)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/clustering-bench"))
     ap.add_argument("--json", type=Path, default=RESULTS / "clustering_bench.json")
     args = ap.parse_args(argv)
@@ -86,16 +100,21 @@ def main(argv=None) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     ours, name = load(True, args.work)
     stock, _ = load(False, args.work)
+    shared = None
+    if args.embedded_every > 1:
+        shared, _ = load(True, args.work, embeddings="approximate")
     rows = []
     for hours in [float(h) for h in args.hours.split(",") if h.strip()]:
         windows = synthetic_windows(int(round(hours * 3600)), voices=args.voices, seed=0,
                                     returning=args.voices - 1)
         embeddings = int((windows.voices >= 0).sum())
-        for label, pipeline in (("ours", ours), ("pyannote", stock)):
-            if label == "pyannote" and hours > args.stock_up_to:
+        every = args.embedded_every
+        for label, pipeline, k in (("ours", ours, 1), ("pyannote", stock, 1),
+                                   (f"ours, every {every}th embedded", shared, every)):
+            if pipeline is None or (label == "pyannote" and hours > args.stock_up_to):
                 continue
-            timed = run(pipeline.clustering, windows, measure_memory=False)
-            timed["peak_mb"] = run(pipeline.clustering, windows, measure_memory=True)["peak_mb"]
+            timed = run(pipeline.clustering, windows, measure_memory=False, every=k)
+            timed["peak_mb"] = run(pipeline.clustering, windows, measure_memory=True, every=k)["peak_mb"]
             rows.append({"hours": hours, "windows": len(windows.voices), "embeddings": embeddings,
                          "clustering": label, **timed})
             r = rows[-1]

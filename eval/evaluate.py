@@ -150,9 +150,10 @@ class Asr:
 
 
 class Diarizer:
-    def __init__(self, models_dir: Path, embeddings: str = "recipe"):
+    def __init__(self, models_dir: Path, embeddings: str = "recipe", segmentation: str = "float"):
         self.path = models_dir / "pyannote-campp-3.1"
         self.embeddings = embeddings  # DIARIZATION_EMBEDDINGS
+        self.segmentation = segmentation  # the segmentation model's precision (float, int8)
         self._pipe = None
         self.seconds = 0.0
 
@@ -163,7 +164,9 @@ class Diarizer:
             os.environ["PYANNOTE_METRICS_ENABLED"] = "false"
             from speaker_asr.diarization.pipeline import load_diarization_pipeline
 
-            self._pipe = load_diarization_pipeline(str(self.path), None, embeddings=self.embeddings)
+            self._pipe = load_diarization_pipeline(str(self.path), None, embeddings=self.embeddings,
+                                                   segmentation=self.segmentation)
+            log(f"diarization: {self._pipe.diarization_settings['summary']}")
         return self._pipe
 
     def diarize(self, audio: np.ndarray, num_speakers: Optional[int]) -> dict:
@@ -523,6 +526,8 @@ def render(result: dict) -> str:
              + (f" ASR long_form: {meta['long_form']}." if meta.get("long_form", "chunked") != "chunked" else "")
              + (f" ASR dtype: {meta['dtype']}." if meta.get("dtype") else "")
              + (f" ASR quantization: {meta['quantization']}." if meta.get("quantization") else "")
+             + (f" Diarization embeddings: {meta['diarization']}." if meta.get("diarization", "recipe") != "recipe" else "")
+             + (f" Segmentation: {meta['segmentation']}." if meta.get("segmentation", "float") != "float" else "")
              + (f" `before`: the attribution at {meta['before']}." if meta.get("before") else ""),
              "",
              "All numbers in %. WER/cpWER on normalized words; WDER = reference words aligned as "
@@ -672,6 +677,10 @@ def main(argv=None) -> int:
     ap.add_argument("--diarization", default="recipe", choices=("recipe", "approximate"),
                     help="DIARIZATION_EMBEDDINGS: recipe (the endpoint's default: every window's "
                          "speakers embedded) or approximate (every fifth window's, the others pooled)")
+    ap.add_argument("--segmentation", default="float", choices=("float", "int8"),
+                    help="the segmentation model's precision on CPU: float (default: the model's own "
+                         "float32 scores) or int8 (opt-in: its LSTM's weights quantized, "
+                         "speaker_asr/patches/diarization_onnx.py)")
     ap.add_argument("--sentence-voices", default="on", choices=("on", "off"),
                     help="SENTENCE_VOICES: the sentences' voices check the speakers (default on, "
                          "the endpoint's default; needs the pipeline's embedding model in every mode)")
@@ -772,7 +781,7 @@ def main(argv=None) -> int:
     # diarization (cached)
     diar_out: dict[str, dict] = {}
     der_rows = []
-    diarizer = Diarizer(models_dir, embeddings=args.diarization)
+    diarizer = Diarizer(models_dir, embeddings=args.diarization, segmentation=args.segmentation)
     voices: dict[str, SentenceVoices] = {}
     if args.sentence_voices == "on":
         voices_sha = _sha(_source_sha("speaker_asr/diarization/embeddings.py"))
@@ -784,7 +793,7 @@ def main(argv=None) -> int:
         diar_sha = _sha(*(_source_sha(f"speaker_asr/{name}") for name in (
             "diarization/pipeline.py", "diarization/window_plan.py", "patches/diarization.py",
             "patches/diarization_onnx.py", "patches/registry.py", "diarization/clustering.py")),
-            args.diarization)
+            args.diarization, *(("int8",) if args.segmentation == "int8" else ()))
         for f in files:
             count = f.num_speakers if known_count else None
             key = _sha("diar", diarizer.path.resolve(), audio_sha[f.id], count, diar_sha)
@@ -888,6 +897,7 @@ def main(argv=None) -> int:
                  "dtype": args.dtype, "before": args.before,
                  "num_speakers": "given" if known_count else "unknown",
                  "quantization": args.quantization and f"{args.quantization} ({int8_form} form)",
+                 "diarization": args.diarization, "segmentation": args.segmentation,
                  "audio_seconds": sum(f.duration for f in files),
                  "wall_seconds": time.perf_counter() - t0, "cached": cached,
                  "asr_compute_seconds": sum(r.get("seconds") or 0 for r in asr_out.values()),

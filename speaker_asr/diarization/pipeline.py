@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 # how the speaker embeddings are computed (DIARIZATION_EMBEDDINGS)
 EMBEDDINGS = ("recipe", "approximate")
+# the segmentation model's precision on CPU (opt-in int8: speaker_asr/patches/diarization_onnx.py)
+SEGMENTATIONS = ("float", "int8")
 # repositories whose conditions must be accepted on the hub for each known pipeline
 GATED_REPOS = {
     "pyannote/speaker-diarization-3.1": ["pyannote/speaker-diarization-3.1", "pyannote/segmentation-3.0"],
@@ -127,7 +129,7 @@ def _gated_message(model: str, reason: str = "") -> str:
 
 
 def load_diarization_pipeline(model: str, token: Optional[str], device=None, telemetry: bool = False,
-                              speedups: bool = True, embeddings: str = "recipe"):
+                              speedups: bool = True, embeddings: str = "recipe", segmentation: str = "float"):
     """pyannote ``Pipeline.from_pretrained`` for a hub id, a folder with config.yaml, or the yaml
     file; on ``device``, with the speed fixes of :mod:`speaker_asr.patches.diarization` (through
     the patch registry; the report is ``pipeline.patch_report``) unless ``speedups`` is false.
@@ -135,10 +137,15 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     it loads (:func:`use_folder_modules`). ``embeddings``: "recipe" (every window's speakers
     embedded) or "approximate" (on CPU, past 5 minutes, the speakers of every fifth window
     embedded, the others pooled from their neighbours: speaker_asr/diarization/window_plan.py).
-    What is in force is ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
+    ``segmentation``: "float" (the segmentation model's own float32 scores) or "int8" (opt-in, on
+    CPU: its ONNX Runtime model with the LSTM's weights in int8, close to but not the same scores:
+    ``onnx_segmentation`` in speaker_asr/patches/diarization_onnx.py). What is in force is
+    ``pipeline.diarization_settings`` (:func:`settings_in_force`, logged).
     Fails with a message naming what to accept and set -- never the token."""
     if embeddings not in EMBEDDINGS:  # before the load: a bad value costs nothing
         raise ValueError(f"embeddings={embeddings!r}: expected one of {', '.join(EMBEDDINGS)}")
+    if segmentation not in SEGMENTATIONS:
+        raise ValueError(f"segmentation={segmentation!r}: expected one of {', '.join(SEGMENTATIONS)}")
     configure_pyannote_telemetry(telemetry)
     from pyannote.audio import Pipeline
 
@@ -168,19 +175,21 @@ def load_diarization_pipeline(model: str, token: Optional[str], device=None, tel
     from speaker_asr.patches import registry
 
     # the speed fixes (patches/registry.py), decided once here; the report stays with the pipeline
-    context = {"device": device, "embeddings": embeddings}
+    context = {"device": device, "embeddings": embeddings, "segmentation": segmentation}
     pipeline.patch_report = registry.install("diarization", pipeline, speedups, **context)
     logger.info("diarization patches: %s", registry.describe(pipeline.patch_report))
-    pipeline.diarization_settings = settings_in_force(pipeline.patch_report)
+    pipeline.diarization_settings = settings_in_force(
+        pipeline.patch_report, getattr(pipeline, "segmentation_precision", None) or {"asked": segmentation})
     logger.info("diarization: %s", pipeline.diarization_settings["summary"])
     return pipeline
 
 
-def settings_in_force(report) -> dict:
+def settings_in_force(report, segmentation: Optional[dict] = None) -> dict:
     """What the loaded pipeline computes, from its patch report: ``embeddings`` ("approximate":
     past ``shared_after_s`` every fifth window's speakers embedded, the others pooled from their
-    neighbours; "recipe": every window's, as pyannote's recipe) and a one-line ``summary``
-    (logged, in /health)."""
+    neighbours; "recipe": every window's, as pyannote's recipe), ``segmentation`` ("float", or
+    "int8" where that was asked for and applied: ``segmentation``, the pipeline's
+    ``segmentation_precision``) and a one-line ``summary`` (logged, in /health)."""
     from speaker_asr.patches.diarization import EMBEDDING_STRIDE, SHARED_AFTER_S
 
     shared = next((r for r in report if r.name == "share_window_embeddings"), None)
@@ -188,13 +197,27 @@ def settings_in_force(report) -> dict:
     if applied:
         summary = (f"approximate past {SHARED_AFTER_S:g} s (DIARIZATION_EMBEDDINGS=approximate): every "
                    f"{EMBEDDING_STRIDE}th window's speakers embedded, the others pooled from the two "
-                   "around them; faster, slightly off the recipe's DER (docs/measurements.md); "
-                   "every window's below")
+                   "around them, the clustering trained on the embedded ones; faster, not the "
+                   "recipe's computation (docs/measurements.md); every window's below")
     else:
         why = f" ({shared.reason})" if shared is not None and shared.reason else ""
         summary = f"every window's speakers embedded, as pyannote's recipe does{why}"
-    return {"embeddings": "approximate" if applied else "recipe",
-            "shared_after_s": SHARED_AFTER_S if applied else None, "summary": summary}
+    segmentation = segmentation or {}
+    int8 = segmentation.get("precision") == "int8"
+    if int8:
+        summary += (f"; segmentation int8 (LSTM weights; on the load probe "
+                    f"{segmentation['argmax_changed']:.1%} of the frames' powerset argmax changed)")
+    elif segmentation.get("asked") == "int8":
+        seg = next((r for r in report if r.name == "onnx_segmentation"), None)
+        why = segmentation.get("why_not") or (seg.reason if seg is not None else "") or "not applied"
+        summary += f"; segmentation float32, int8 not applied ({why})"
+    settings = {"embeddings": "approximate" if applied else "recipe",
+                "shared_after_s": SHARED_AFTER_S if applied else None, "summary": summary,
+                "segmentation": "int8" if int8 else "float"}
+    if int8:
+        settings["segmentation_probe"] = {k: segmentation[k] for k in (
+            "argmax_changed", "mean_prob_diff", "max_prob_diff")}
+    return settings
 
 
 def _annotation_turns(annotation) -> list[Turn]:

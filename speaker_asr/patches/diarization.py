@@ -26,15 +26,18 @@
   mask (the kit's CAM++) keep pyannote's way.
 * ``onnx_embedding_trunk`` and ``onnx_segmentation`` (CPU): those networks in ONNX Runtime
   (speaker_asr/patches/diarization_onnx.py).
-* ``share_window_embeddings`` (CPU, recordings longer than ``SHARED_AFTER_S``; opt-in: installed
-  only with ``DIARIZATION_EMBEDDINGS=approximate``, never with the default ``recipe``, and, like
-  every patch here, only with ``DIARIZATION_SPEEDUPS`` on): the speakers of
-  every fifth window are embedded and the others pooled from the two embedded windows around
-  them, matched by their activity over the shared audio (speaker_asr/diarization/window_plan.py);
-  a speaker neither heard is embedded from its own window. pyannote embeds each second of speech
-  about ten times at its 1-s step; this about twice. It changes the embeddings, not the
-  segmentation or the clustering; its price in DER is in docs/measurements.md ("Diarization on
-  CPU").
+* ``share_window_embeddings`` (CPU, recordings longer than ``SHARED_AFTER_S``, with
+  ``DIARIZATION_EMBEDDINGS=approximate``, and, like every patch here, only with
+  ``DIARIZATION_SPEEDUPS`` on): the speakers of every fifth window are embedded and the others
+  pooled from the two embedded windows around them, matched by their activity over the shared
+  audio (speaker_asr/diarization/window_plan.py); a speaker neither heard is embedded from its
+  own window. pyannote embeds each second of speech about ten times at its 1-s step; this about
+  twice. The clustering is then trained on the embedded pairs alone (a pooled one repeats its
+  neighbours: no evidence of its own), with the recipe's minimum cluster size scaled by their
+  share (:func:`relative_min_cluster_size`: the same speech, fewer embeddings); every pair is
+  assigned to its clusters as before. Trained on the pooled pairs with the recipe's absolute
+  minimum, it lost speakers; the choice and its price in DER are in docs/measurements.md
+  ("Diarization on CPU"; eval/choose_approximate.py).
 * ``linear_clustering``: above ``EXACT_LIMIT`` embeddings (about 45 minutes of meeting) the
   clustering step's centroid linkage runs blockwise (speaker_asr/diarization/clustering.py):
   linear time and memory instead of n^2/2 distances, for the 3.1 recipe's agglomerative
@@ -370,6 +373,64 @@ def absorb_stray_clusters(pipeline) -> Optional[str]:
 EMBEDDING_STRIDE = 5
 SHARED_AFTER_S = 300.0
 
+# the (window, speaker) pairs the running diarization embedded from their own audio (the others
+# were pooled), from its get_embeddings to its clustering: on the thread that runs them both
+_EMBEDDED = threading.local()
+# one clustering at a time changes the shared step's minimum cluster size for its own call
+_CLUSTERING = threading.Lock()
+
+
+def relative_min_cluster_size(min_cluster_size: int, embedded: int, trained: int) -> int:
+    """The recipe's minimum cluster size (counted in embeddings of windows 1 s apart) for a
+    clustering trained on ``embedded`` of the ``trained`` embeddings the recipe would train on:
+    the same speech, fewer embeddings."""
+    if trained <= 0:
+        return int(min_cluster_size)
+    return max(1, int(round(int(min_cluster_size) * embedded / trained)))
+
+
+def _train_on_embedded(clustering) -> Optional[str]:
+    """Make the agglomerative ``clustering`` train on the embedded pairs alone where the running
+    diarization pooled the others (``_EMBEDDED``), its minimum cluster size scaled to them
+    (:func:`relative_min_cluster_size`); the pooled pairs are then assigned to its clusters as
+    every other pair is. Returns None when it applied, else why not."""
+    try:
+        from pyannote.audio.pipelines.clustering import AgglomerativeClustering
+    except Exception as exc:  # pragma: no cover - pyannote is installed wherever a pipeline loads
+        return f"pyannote's clustering module: {type(exc).__name__}"
+    if not isinstance(clustering, AgglomerativeClustering):
+        return f"{type(clustering).__name__} is not agglomerative clustering"
+    if getattr(clustering, "_trains_on_embedded", False):
+        return None
+    stock = type(clustering)
+
+    class TrainedOnEmbedded(stock):
+        _trains_on_embedded = True
+
+        def __call__(self, *args, **kwargs):
+            with _CLUSTERING:
+                saved = self.min_cluster_size
+                try:
+                    return stock.__call__(self, *args, **kwargs)
+                finally:
+                    self.min_cluster_size = saved
+
+        def filter_embeddings(self, embeddings, *args, **kwargs):
+            out, chunks, speakers = stock.filter_embeddings(self, embeddings, *args, **kwargs)
+            own = getattr(_EMBEDDED, "own", None)
+            if own is None or own.shape != embeddings.shape[:2] or not len(chunks):
+                return out, chunks, speakers
+            keep = own[chunks, speakers]
+            if not keep.any():
+                return out, chunks, speakers
+            self.min_cluster_size = relative_min_cluster_size(self.min_cluster_size, int(keep.sum()),
+                                                              len(chunks))
+            return out[keep], chunks[keep], speakers[keep]
+
+    TrainedOnEmbedded.__name__ = TrainedOnEmbedded.__qualname__ = f"TrainedOnEmbedded{stock.__name__}"
+    clustering.__class__ = TrainedOnEmbedded
+    return None
+
 
 def _min_num_frames(embedding, window, num_frames: int) -> int:
     """pyannote's fewest clean frames for which an embedding leaves out the overlapped speech."""
@@ -411,6 +472,7 @@ def share_window_embeddings(pipeline, device=None) -> Optional[str]:
     from speaker_asr.diarization.window_plan import embedding_masks, plan_windows
 
     def get_embeddings(self, file, binary_segmentations, exclude_overlap=False, hook=None):
+        _EMBEDDED.own = None  # every pair embedded: the clustering trains as the recipe does
         data = binary_segmentations.data
         window = binary_segmentations.sliding_window
         length = window.start + (len(data) - 1) * window.step + window.duration
@@ -437,7 +499,11 @@ def share_window_embeddings(pipeline, device=None) -> Optional[str]:
         missing = (np.nan_to_num(data).sum(axis=1) > 0) & np.isnan(embeddings).any(axis=2) & ~plan.own
         if missing.any():
             embeddings[missing] = embed(missing)[missing]
+        _EMBEDDED.own = plan.own | missing  # for the clustering that follows on this thread
         return embeddings
 
+    why_not = _train_on_embedded(pipeline.clustering)
+    if why_not is not None:
+        return f"its clustering cannot train on the embedded windows alone ({why_not})"
     pipeline.get_embeddings = get_embeddings.__get__(pipeline)
     return None

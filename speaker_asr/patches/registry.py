@@ -145,7 +145,7 @@ def _absorb_stray_clusters(pipeline, context: dict) -> Optional[str]:
 def _onnx_segmentation(pipeline, context: dict) -> Optional[str]:
     from speaker_asr.patches.diarization_onnx import onnx_segmentation
 
-    return onnx_segmentation(pipeline, context.get("device"))
+    return onnx_segmentation(pipeline, context.get("device"), context.get("segmentation", "float"))
 
 
 def _share_window_embeddings(pipeline, context: dict) -> Optional[str]:
@@ -210,12 +210,15 @@ PATCHES: tuple[Patch, ...] = (
     Patch("onnx_segmentation", "diarization", False, "pyannote.audio 3.3 and 4.x, onnxruntime",
           _onnx_segmentation,
           "on CPU the segmentation model runs in ONNX Runtime (exported at load; the same scores to "
-          "float rounding and the same powerset argmax, probed at load)"),
+          "float rounding and the same powerset argmax, probed at load); opt-in (segmentation=\"int8\") "
+          "its LSTM's weights in int8: cheaper, close to torch's scores but not the same (the "
+          "pipeline's settings say which runs)"),
     Patch("share_window_embeddings", "diarization", True, "pyannote.audio 3.3 and 4.x",
           _share_window_embeddings,
-          "opt-in (DIARIZATION_EMBEDDINGS=approximate, CPU, past 5 minutes): the speakers of every "
-          "fifth window are embedded; a speaker of a window in between gets the mean of its matches in the two "
-          "embedded windows around it, or its own embedding where neither heard it"),
+          "DIARIZATION_EMBEDDINGS=approximate (CPU, past 5 minutes): the speakers of every fifth window "
+          "are embedded; a speaker of a window in between gets the mean of its matches in the two "
+          "embedded windows around it, or its own embedding where neither heard it; the clustering "
+          "is trained on the embedded ones, its minimum cluster size scaled to them"),
     Patch("linear_clustering", "diarization", True, "pyannote.audio 3.3 and 4.x", _linear_clustering,
           "above 4,000 embeddings (about 45 min) the clustering's centroid linkage runs in blocks "
           "whose clusters are then linked by their weighted centroids: linear time and memory"),

@@ -185,6 +185,53 @@ def test_shared_embeddings_embed_fewer_pairs_and_pool_the_rest(tiny_models, skip
     assert all(t.end > t.start for t in got.turns)
 
 
+def test_shared_embeddings_train_the_clustering_on_the_embedded_pairs_with_a_scaled_minimum(
+        tiny_models, monkeypatch):
+    """Where the diarization pooled pairs from their neighbours, the clustering is trained on the
+    pairs embedded from their own audio (a pooled pair repeats its neighbours), its minimum
+    cluster size scaled by their share of the recipe's training set; every pair, pooled or not,
+    is then assigned to its clusters. Without pooled pairs, the recipe's training set and
+    minimum; the step's own minimum is left as it was either way."""
+    from pyannote.core import SlidingWindow, SlidingWindowFeature
+
+    from speaker_asr.patches import diarization
+
+    clustering = _load(tiny_models, True, embeddings="approximate").clustering
+    monkeypatch.setattr(clustering, "min_cluster_size", 12)
+    # two people, 30 windows each, one clean speaker slot per window; two voices far apart
+    windows, rng = 60, np.random.default_rng(3)
+    data = np.zeros((windows, 100, 3), dtype=np.float32)
+    data[:30, :, 0] = data[30:, :, 1] = 1.0
+    voices = rng.standard_normal((2, 16))
+    embeddings = np.full((windows, 3, 16), np.nan, dtype=np.float32)
+    embeddings[:30, 0] = voices[0] + 0.1 * rng.standard_normal((30, 16))
+    embeddings[30:, 1] = voices[1] + 0.1 * rng.standard_normal((30, 16))
+    segmentations = SlidingWindowFeature(data, SlidingWindow(start=0.0, duration=10.0, step=1.0))
+    seen = []
+    cluster = type(clustering).cluster
+
+    def spy(self, train, *args, **kwargs):
+        seen.append((len(train), int(self.min_cluster_size)))
+        return cluster(self, train, *args, **kwargs)
+
+    monkeypatch.setattr(type(clustering), "cluster", spy)
+    own = np.zeros((windows, 3), dtype=bool)
+    own[::5] = data[::5].any(axis=1)  # every fifth window's speaker: 12 of the 60 pairs
+    for embedded, want in ((own, (12, diarization.relative_min_cluster_size(12, 12, 60))), (None, (60, 12))):
+        diarization._EMBEDDED.own = embedded
+        try:
+            hard, _, _ = clustering(embeddings=embeddings, segmentations=segmentations,
+                                    num_clusters=None, min_clusters=1, max_clusters=np.inf)
+        finally:
+            diarization._EMBEDDED.own = None
+        assert seen[-1] == want
+        assert int(clustering.min_cluster_size) == 12
+        people = hard[np.arange(windows), np.where(np.arange(windows) < 30, 0, 1)]
+        assert len(set(people[:30])) == len(set(people[30:])) == 1 and people[0] != people[-1]
+    assert diarization.relative_min_cluster_size(12, 12, 60) == 2
+    assert diarization.relative_min_cluster_size(12, 1, 100) == 1
+
+
 def _same_as_the_recipe(got, want):
     np.testing.assert_array_equal(got[0][0], want[0][0])
     assert got[1] == want[1] and got[2].turns == want[2].turns
@@ -272,7 +319,7 @@ def test_which_embeddings_are_computed_is_one_setting_and_reported(tiny_models):
     assert "approximate past 300 s" in shared.diarization_settings["summary"]
     assert shared.diarization_settings["shared_after_s"] == 300
     assert recipe.diarization_settings == {
-        "embeddings": "recipe", "shared_after_s": None,
+        "embeddings": "recipe", "shared_after_s": None, "segmentation": "float",
         "summary": "every window's speakers embedded, as pyannote's recipe does (DIARIZATION_EMBEDDINGS=recipe)"}
     unplaced = load_diarization_pipeline(str(tiny_models["pyannote"]), None, None, embeddings="approximate")
     assert unplaced.diarization_settings["embeddings"] == "approximate"  # no device given: the CPU
@@ -296,3 +343,57 @@ def test_onnx_segmentation_gives_torchs_scores_and_turns(tiny_models):
     np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())
     a, b = diarize(torch_seg, audio), diarize(onnx_seg, audio)
     assert a.turns == b.turns and a.exclusive_turns == b.exclusive_turns
+
+
+def test_int8_segmentation_only_when_asked_and_reported(tiny_models, monkeypatch):
+    """segmentation="int8" quantizes the ONNX segmentation model's LSTM: only when asked for,
+    said in the settings (with its load probe's figures); the default stays float32 (torch's
+    scores to rounding); where int8 cannot apply the float32 model runs and the summary says why."""
+    import torch
+
+    from speaker_asr.diarization.pipeline import diarize, load_diarization_pipeline
+    from speaker_asr.patches import diarization_onnx
+
+    default, int8 = _load(tiny_models, True), _load(tiny_models, True, segmentation="int8")
+    torch_seg = _load(tiny_models, True, "onnx_segmentation")
+    assert default.diarization_settings["segmentation"] == "float"
+    assert "int8" not in default.diarization_settings["summary"]
+    assert "segmentation_probe" not in default.diarization_settings
+    assert default.segmentation_precision == {"precision": "float", "asked": "float"}
+    settings = int8.diarization_settings
+    assert settings["segmentation"] == "int8" and "; segmentation int8 (LSTM weights" in settings["summary"]
+    probe = settings["segmentation_probe"]
+    assert set(probe) == {"argmax_changed", "mean_prob_diff", "max_prob_diff"}
+    assert probe["argmax_changed"] <= diarization_onnx.INT8_MAX_ARGMAX_CHANGED
+    assert {r.name: r.applied for r in int8.patch_report}["onnx_segmentation"]
+    # the same float32 torch model underneath; int8's scores close to it, float32's equal to rounding
+    audio = np.concatenate([_two_voices()] * 2)
+    waveforms = torch.from_numpy(np.resize(audio, 2 * 160000).reshape(2, 1, -1).astype(np.float32))
+    with torch.inference_mode():
+        want = torch_seg._segmentation.model(waveforms).numpy()
+        floats = default._segmentation.model(waveforms).numpy()
+        got = int8._segmentation.model(waveforms).numpy()
+    np.testing.assert_allclose(floats, want, atol=1e-5 * np.abs(want).max())
+    assert not np.allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())  # int8 is not float32
+    assert diarization_onnx.segmentation_difference(got, want)["mean_prob_diff"] < 0.05
+    assert diarize(int8, audio).turns  # the pipeline runs on it
+    # asked for but not applied: the float32 model (or torch), and the summary says why
+    off = _load(tiny_models, False, segmentation="int8")
+    assert off.diarization_settings["segmentation"] == "float"
+    assert "int8 not applied (DIARIZATION_SPEEDUPS=false)" in off.diarization_settings["summary"]
+    assert "runs on cuda" in diarization_onnx.onnx_segmentation(off, "cuda", "int8")
+    assert off.segmentation_precision == {"precision": "float", "asked": "int8", "why_not": "the pipeline runs on cuda"}
+
+    def broken(model):
+        raise RuntimeError("no quantizer here")
+
+    monkeypatch.setattr(diarization_onnx, "_int8_lstm", broken)
+    failed = _load(tiny_models, True, segmentation="int8")
+    assert {r.name: r.applied for r in failed.patch_report}["onnx_segmentation"]  # float32 ONNX
+    assert failed.diarization_settings["segmentation"] == "float"
+    assert "int8 not applied (its int8 quantization or run failed (RuntimeError: no quantizer here))" \
+        in failed.diarization_settings["summary"]
+    with torch.inference_mode():
+        np.testing.assert_allclose(failed._segmentation.model(waveforms).numpy(), want, atol=1e-5 * np.abs(want).max())
+    with pytest.raises(ValueError, match="expected one of float, int8"):
+        load_diarization_pipeline(str(tiny_models["pyannote"]), None, "cpu", segmentation="int4")

@@ -161,18 +161,30 @@ def test_diarization_bench(env):
     assert [r[-1] for r in rows] == ["True", "True"], out  # the speed fixes keep pyannote's turns
 
 
+def test_segmentation_int8_bench(env):
+    """bench/segmentation_int8.py --smoke on the stand-in's segmentation model: torch, ONNX
+    float32 and ONNX int8 timed and compared (the float32 model decides as torch does)."""
+    out = run([sys.executable, "bench/segmentation_int8.py", "--smoke", "--threads", "1"], env)
+    rows = table_rows(out, "| variant | s per 32 windows (median) | runs s | speedup vs torch | speedup vs ONNX float32 "
+                           "| argmax changed vs ONNX float32 | max abs score diff | mean / max abs prob diff |")
+    assert [r[0] for r in rows] == ["torch", "ONNX float32", "ONNX int8 (LSTM)"], out
+    assert rows[0][5] == "0.00%" and rows[1][5] == "0.00%" and float(rows[2][1]) > 0, out
+    assert "CPU: " in out and "SMOKE" in out, out
+
+
 @heavy
 def test_clustering_bench(env):
     """The loaded pipeline's clustering against pyannote's on the windows of 0.05 and 0.2 hours
     (the limit lowered through the patch module is not reachable from here: both run
     pyannote's own below it, so they must agree)."""
     out = run([sys.executable, "bench/clustering_bench.py", "--hours", "0.05,0.2", "--stock-up-to", "0.2",
-               "--voices", "4"], env)
+               "--voices", "4", "--embedded-every", "5"], env)
     rows = table_rows(out, "| hours | windows | embeddings | clustering | time | peak memory | voices found "
                            "| purity | returning voice kept |")
-    assert [(r[0], r[3]) for r in rows] == [("0.05", "ours"), ("0.05", "pyannote"), ("0.2", "ours"),
-                                             ("0.2", "pyannote")], out
-    assert rows[2][6:] == rows[3][6:], out
+    shared = "ours, every 5th embedded"
+    assert [(r[0], r[3]) for r in rows] == [("0.05", "ours"), ("0.05", "pyannote"), ("0.05", shared),
+                                             ("0.2", "ours"), ("0.2", "pyannote"), ("0.2", shared)], out
+    assert rows[3][6:] == rows[4][6:], out
 
 
 @heavy
@@ -529,3 +541,21 @@ def test_scheduler_load(env, kit, tmp_path):
     doc = json.loads((tmp_path / "scheduler.json").read_text())
     assert doc["passed"] and doc["phases"]["long_alone"]["answer"]["text"] is not None
     assert doc["phases"]["short_after_long"]["long"]["answer"] == doc["phases"]["long_alone"]["answer"]
+
+
+@heavy
+def test_choose_approximate(env):
+    """eval/choose_approximate.py --smoke: the tiny random pipeline's run recorded once, then
+    every variant (pooled, re-embedded, trained on the embedded pairs) computed from it, each
+    embedding at most what the recipe embeds."""
+    spec = importlib.util.spec_from_file_location("choose_approximate", ROOT / "eval" / "choose_approximate.py")
+    script = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, script)  # its dataclasses look their module up there
+    spec.loader.exec_module(script)
+    out = run([sys.executable, "eval/choose_approximate.py", "--smoke"], env)
+    lines = [line for line in out.splitlines() if line.startswith("smoke ")]
+    assert [line.split(":")[0][len("smoke "):] for line in lines] == [v.name for v in script.VARIANTS], out
+    for line in lines:
+        done, total = map(int, line.rsplit("embedded ", 1)[1].split("/"))
+        assert 0 < done <= total, line
+    assert lines[0].endswith(f"embedded {total}/{total}"), out  # the recipe embeds every pair
