@@ -327,6 +327,18 @@ def linear_clustering(pipeline) -> Optional[str]:
     return None
 
 
+def _not_agglomerative(clustering) -> Optional[str]:
+    """Why ``clustering`` is not pyannote's agglomerative clustering (the 3.1 recipe's); None
+    when it is."""
+    try:
+        from pyannote.audio.pipelines.clustering import AgglomerativeClustering
+    except Exception as exc:  # pragma: no cover - pyannote is installed wherever a pipeline loads
+        return f"pyannote's clustering module: {type(exc).__name__}"
+    if not isinstance(clustering, AgglomerativeClustering):
+        return f"{type(clustering).__name__} is not agglomerative clustering"
+    return None
+
+
 def absorb_stray_clusters(pipeline) -> Optional[str]:
     """Make ``pipeline``'s agglomerative clustering let a stray cluster of a long recording join
     the larger cluster it lies near (speaker_asr/diarization/clustering.py, :func:`absorb_strays`):
@@ -336,12 +348,9 @@ def absorb_stray_clusters(pipeline) -> Optional[str]:
     clustering = getattr(pipeline, "clustering", None)
     if clustering is None:
         return "the pipeline has no clustering step"
-    try:
-        from pyannote.audio.pipelines.clustering import AgglomerativeClustering
-    except Exception as exc:  # pragma: no cover - pyannote is installed wherever a pipeline loads
-        return f"pyannote's clustering module: {type(exc).__name__}"
-    if not isinstance(clustering, AgglomerativeClustering):
-        return f"{type(clustering).__name__} is not agglomerative clustering (VBx weighs clusters its own way)"
+    why_not = _not_agglomerative(clustering)
+    if why_not is not None:
+        return why_not + " (VBx weighs clusters its own way)"
     if getattr(clustering, "_absorbs_strays", False):
         return None
     from speaker_asr.diarization.clustering import absorb_strays
@@ -394,12 +403,9 @@ def _train_on_embedded(clustering) -> Optional[str]:
     diarization pooled the others (``_EMBEDDED``), its minimum cluster size scaled to them
     (:func:`relative_min_cluster_size`); the pooled pairs are then assigned to its clusters as
     every other pair is. Returns None when it applied, else why not."""
-    try:
-        from pyannote.audio.pipelines.clustering import AgglomerativeClustering
-    except Exception as exc:  # pragma: no cover - pyannote is installed wherever a pipeline loads
-        return f"pyannote's clustering module: {type(exc).__name__}"
-    if not isinstance(clustering, AgglomerativeClustering):
-        return f"{type(clustering).__name__} is not agglomerative clustering"
+    why_not = _not_agglomerative(clustering)
+    if why_not is not None:
+        return why_not
     if getattr(clustering, "_trains_on_embedded", False):
         return None
     stock = type(clustering)
